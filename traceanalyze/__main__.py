@@ -1,0 +1,3 @@
+from traceanalyze.cli import main
+
+main()

@@ -1,0 +1,72 @@
+"""Stage 3: align ranks — the steps every rank has, and each rank's clock offset.
+
+Hosts' clocks differ, so nothing compares raw timestamps across ranks. Each rank's
+offset against the lowest rank is estimated from collectives, which end together on
+every rank; it is stored in `ranks.clock_offset_ns` for display and for the merged
+Perfetto trace. Rules compare ranks on step-relative time (`ts_ns - steps.ts_ns`).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from traceanalyze.errors import TraceanalyzeError
+
+ALIGNED_STEPS_SQL = """
+CREATE OR REPLACE TABLE aligned_steps AS
+SELECT
+    step,                                   -- ProfilerStep N present on every loaded rank
+    min(dur_ns) AS min_dur_ns,              -- shortest duration of this step over ranks, ns
+    max(dur_ns) AS max_dur_ns,              -- longest duration of this step over ranks, ns
+    median(dur_ns)::BIGINT AS median_dur_ns -- median duration over ranks, ns
+FROM steps
+GROUP BY step
+HAVING count(DISTINCT rank) = (SELECT count(*) FROM ranks)
+ORDER BY step
+"""
+
+# offset of rank r = median over matched collectives of (end on r - end on the reference rank)
+CLOCK_OFFSETS_SQL = """
+WITH ref AS (SELECT min(rank) AS rank FROM ranks),
+matched AS (
+    SELECT c.rank, c.end_ns - r.end_ns AS delta_ns
+    FROM collectives AS c
+    JOIN collectives AS r ON r.rank = (SELECT rank FROM ref)
+        AND r.process_group = c.process_group AND r.seq = c.seq AND r.op = c.op
+)
+UPDATE ranks SET clock_offset_ns = o.offset_ns
+FROM (SELECT rank, median(delta_ns)::BIGINT AS offset_ns FROM matched GROUP BY rank) AS o
+WHERE ranks.rank = o.rank
+"""
+
+
+def _describe_step_sets(con: duckdb.DuckDBPyConnection) -> str:
+    rows = con.execute(
+        "SELECT rank, min(step), max(step), count(*) FROM steps GROUP BY rank ORDER BY rank LIMIT 6"
+    ).fetchall()
+    return "; ".join(f"rank {r}: steps {lo}-{hi} ({n})" for r, lo, hi, n in rows)
+
+
+def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
+    """Create `aligned_steps`, record dropped steps in load_issues, estimate clock offsets."""
+    con.execute(ALIGNED_STEPS_SQL)
+    (n_aligned,) = con.execute("SELECT count(*) FROM aligned_steps").fetchone()
+    (n_ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
+    if n_aligned == 0 and n_ranks > 1:
+        (first_file,) = con.execute("SELECT file FROM ranks ORDER BY rank LIMIT 1").fetchone()
+        raise TraceanalyzeError(
+            "the ranks share no ProfilerStep, so they cannot be compared "
+            f"({_describe_step_sets(con)}); are these files from different runs or windows?",
+            first_file)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT s.rank, r.file, 'step-not-on-all-ranks', 'info',
+               'steps ' || string_agg(s.step::VARCHAR, ', ' ORDER BY s.step)
+               || ' are missing on some ranks and are left out of cross-rank comparisons',
+               count(*)
+        FROM steps AS s JOIN ranks AS r USING (rank)
+        WHERE s.step NOT IN (SELECT step FROM aligned_steps)
+        GROUP BY s.rank, r.file
+    """)
+    con.execute("UPDATE ranks SET clock_offset_ns = 0 WHERE rank = (SELECT min(rank) FROM ranks)")
+    con.execute(CLOCK_OFFSETS_SQL)

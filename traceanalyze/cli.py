@@ -1,0 +1,131 @@
+"""Command line: parse options, call one stage function, echo, exit 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import duckdb
+
+from traceanalyze import __version__
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load import load_trace_dir
+from traceanalyze.load.discover import parse_rank_selection
+
+
+class DefaultGroup(click.Group):
+    """`traceanalyze DIR ...` runs `analyze DIR ...` (like `datasette file.db`)."""
+
+    default_command = "analyze"
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+def ranks_option(f):
+    return click.option("--ranks", default="all", show_default=True,
+                        help="Ranks to load: all, a list (0,3) or a range (0-7).")(f)
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return None
+    return lambda msg: click.echo(f"traceanalyze: {msg}", err=True)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceanalyze")
+def cli():
+    """Find which rank and which phase slows a distributed PyTorch job.
+
+    \b
+    traceanalyze TRACE_DIR [--ranks all] [--out DIR]   analyze and write a report
+    traceanalyze load TRACE_DIR --db trace.duckdb      only build the trace database
+    traceanalyze sql DB_OR_DIR "SELECT ..."            query the trace database
+    """
+
+
+@cli.command()
+@click.argument("trace_dir", type=click.Path(path_type=Path))
+@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
+              help="Database file to write [default: reports/<dir name>/trace.duckdb].")
+@ranks_option
+@click.option("--force", is_flag=True, help="Parse again even if the stored database is up to date.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def load(trace_dir: Path, db_path: Path | None, ranks: str, force: bool, quiet: bool):
+    """Load per-rank traces into a DuckDB trace database."""
+    db_path = db_path or default_out_dir(trace_dir) / "trace.duckdb"
+    result = load_trace_dir(trace_dir, db_path, parse_rank_selection(ranks), reuse=not force,
+                            progress=_progress(quiet))
+    state = "reused" if result.reused else "wrote"
+    click.echo(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events")
+
+
+def default_out_dir(trace_dir: Path) -> Path:
+    name = trace_dir.resolve().name if trace_dir.is_dir() else trace_dir.name.split(".")[0]
+    return Path("reports") / (name or "trace")
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("query", required=False)
+@click.option("-f", "--file", "query_file", type=click.Path(exists=True, path_type=Path),
+              help="Read the query from a file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
+@click.option("--schema", "show_schema", is_flag=True, help="Print the documented tables and columns.")
+@ranks_option
+def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, write: bool,
+        show_schema: bool, ranks: str):
+    """Run SQL on a trace database (a .duckdb file, or a trace folder that is loaded first)."""
+    from traceanalyze.db import table_comments
+    from traceanalyze.db.docs import schema_markdown
+    from traceanalyze.output.tabular import format_rows
+
+    if show_schema:
+        click.echo(schema_markdown(table_comments()))
+        return
+    if query_file:
+        query = query_file.read_text()
+    if not query:
+        raise TraceanalyzeError("no query given (pass it as an argument or with --file)")
+    db_path = _resolve_db(source, ranks)
+    try:
+        con = duckdb.connect(str(db_path), read_only=not write)
+    except duckdb.Error as exc:
+        raise TraceanalyzeError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
+    try:
+        cur = con.execute(query)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if columns else []
+    except duckdb.Error as exc:
+        raise TraceanalyzeError(f"query failed: {' '.join(str(exc).split())}") from None
+    finally:
+        con.close()
+    click.echo(format_rows(columns, rows, fmt), nl=False)
+
+
+def _resolve_db(source: Path, ranks: str) -> Path:
+    if source.is_file() and source.suffix in (".duckdb", ".db"):
+        return source
+    if not source.exists():
+        raise TraceanalyzeError("no such file or directory", str(source))
+    db_path = default_out_dir(source) / "trace.duckdb"
+    load_trace_dir(source, db_path, parse_rank_selection(ranks), progress=_progress(True))
+    return db_path
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

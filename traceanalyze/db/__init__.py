@@ -1,0 +1,58 @@
+"""The trace database: a DuckDB file with documented tables (schema.sql, tables/*.sql)."""
+
+from __future__ import annotations
+
+import csv
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+SCHEMA_VERSION = "1"
+
+
+def _sql_text(name: str) -> str:
+    return resources.files("traceanalyze.db").joinpath(name).read_text(encoding="utf-8")
+
+
+def table_sql_files() -> list[str]:
+    """Derived-table SQL files in the order they are applied (file-name order)."""
+    folder = resources.files("traceanalyze.db").joinpath("tables")
+    return sorted(f"tables/{p.name}" for p in folder.iterdir() if p.name.endswith(".sql"))
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the raw tables (empty) and the kernel classification seed table."""
+    con.execute(_sql_text("schema.sql"))
+    con.execute("CREATE TABLE kernel_classes (priority INTEGER, cat_regex VARCHAR, name_regex VARCHAR, kind VARCHAR)")
+    rows = list(csv.DictReader(_sql_text("kernel_classes.csv").splitlines()))
+    con.executemany(
+        "INSERT INTO kernel_classes VALUES (?, ?, ?, ?)",
+        [(int(r["priority"]), r["cat_regex"], r["name_regex"], r["kind"]) for r in rows],
+    )
+
+
+def build_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Build every derived table from raw_events (idempotent)."""
+    for name in table_sql_files():
+        con.execute(_sql_text(name))
+
+
+def create_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """Macros are stored in the database file, but re-creating them is cheap and keeps old DBs working."""
+    con.execute(_sql_text("tables/00_macros.sql"))
+
+
+def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open a trace database file."""
+    return duckdb.connect(str(path), read_only=read_only)
+
+
+def table_comments() -> dict[str, dict[str, str]]:
+    """{table: {'': table comment, column: column comment}} parsed from the SQL files' `--` comments."""
+    from traceanalyze.db.docs import parse_comments
+
+    out: dict[str, dict[str, str]] = {}
+    for name in ["schema.sql", *table_sql_files()]:
+        out.update(parse_comments(_sql_text(name)))
+    return out

@@ -1,0 +1,59 @@
+"""Turn the `--` comments of the schema SQL into documentation (README schema section, `sql --schema`)."""
+
+from __future__ import annotations
+
+import re
+
+_CREATE = re.compile(r"CREATE (?:OR REPLACE )?TABLE (\w+)", re.IGNORECASE)
+_COLUMN = re.compile(r"^\s*(?:[\w.]+\s+AS\s+|[\w.]+\.)?(\w+)\b[^-]*?,?\s*--\s*(.+)$")
+_COLUMN_AS = re.compile(r"\bAS\s+(\w+),?\s*--\s*(.+)$", re.IGNORECASE)
+
+
+def parse_comments(sql: str) -> dict[str, dict[str, str]]:
+    """Table and column comments: the `--` line just above CREATE, and `col ... -- text` lines."""
+    tables: dict[str, dict[str, str]] = {}
+    current = None
+    last_comment = ""
+    depth = 0
+    for line in sql.splitlines():
+        stripped = line.strip()
+        m = _CREATE.search(line)
+        if m:
+            current = m.group(1)
+            tables[current] = {"": last_comment}
+            depth = 0
+            continue
+        if stripped.startswith("--"):
+            last_comment = stripped[2:].strip()
+            continue
+        if current is None or "--" not in line:
+            depth += line.count("(") - line.count(")")
+            continue
+        code, _, comment = line.partition("--")
+        m_as = _COLUMN_AS.search(code + "--" + comment)
+        name = m_as.group(1) if m_as else _column_name(code)
+        if name and depth <= 1:
+            tables[current][name] = comment.strip()
+        depth += code.count("(") - code.count(")")
+    return tables
+
+
+def _column_name(code: str) -> str | None:
+    code = code.strip().rstrip(",").strip()
+    if not code:
+        return None
+    token = code.split()[0]
+    return token.split(".")[-1] if re.fullmatch(r"[\w.]+", token) else None
+
+
+def schema_markdown(comments: dict[str, dict[str, str]]) -> str:
+    """A Markdown section documenting every public table and column."""
+    lines = []
+    for table, cols in comments.items():
+        if table.startswith("_"):
+            continue
+        lines.append(f"#### `{table}`\n\n{cols.get('', '')}\n")
+        lines.append("| column | meaning |\n|---|---|")
+        lines.extend(f"| `{c}` | {t} |" for c, t in cols.items() if c)
+        lines.append("")
+    return "\n".join(lines)

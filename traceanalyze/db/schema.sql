@@ -1,0 +1,73 @@
+-- Raw tables written by the loader (stage 1). Derived tables are built from these by tables/*.sql.
+
+-- One row per loaded trace file (one per rank).
+CREATE TABLE ranks (
+    rank INTEGER,               -- global rank (distributedInfo.rank, else from the file name)
+    rank_source VARCHAR,        -- where the rank came from: 'distributedInfo' or 'file name'
+    file VARCHAR,               -- path of the trace file
+    file_bytes BIGINT,          -- size of the file on disk
+    file_mtime_ns BIGINT,       -- modification time of the file (used to reuse a stored database)
+    events_bytes BIGINT,        -- uncompressed bytes of the traceEvents array
+    world_size INTEGER,         -- distributedInfo.world_size, NULL when absent
+    backend VARCHAR,            -- distributedInfo.backend (nccl, gloo, ...), NULL when absent
+    base_ns BIGINT,             -- baseTimeNanoseconds added to every ts (0 when absent)
+    device_name VARCHAR,        -- deviceProperties[0].name, NULL for CPU-only traces
+    truncated BOOLEAN,          -- the file was cut short; events before the cut were kept
+    clock_offset_ns BIGINT      -- estimated offset of this rank's clock vs. the reference rank (set by align)
+);
+
+-- Every event of every rank, with the args the analysis uses as typed columns.
+CREATE TABLE raw_events (
+    rank INTEGER,               -- global rank
+    ph VARCHAR,                 -- Chrome trace phase: X complete, i instant, M metadata, s/f flow, B/E
+    cat VARCHAR,                -- Kineto category: cpu_op, kernel, cuda_runtime, gpu_memcpy, ...
+    name VARCHAR,               -- event name
+    pid VARCHAR,                -- process id (or a GPU device number for GPU events), as text
+    tid VARCHAR,                -- thread id (or stream number for GPU events), as text
+    ts_ns BIGINT,               -- start time, ns (rank's own clock; baseTimeNanoseconds applied)
+    dur_ns BIGINT,              -- duration, ns (NULL for instants)
+    ts_json_type VARCHAR,       -- JSON type of the raw ts (a string or NULL here is a malformed event)
+    flow_id VARCHAR,            -- id of flow events (s/f), linking CPU launches to GPU work
+    external_id BIGINT,         -- args."External id": links ops to runtime calls and kernels
+    correlation BIGINT,         -- args.correlation: links a runtime launch to its GPU kernel
+    device INTEGER,             -- args.device: GPU index of GPU events
+    stream BIGINT,              -- args.stream: GPU stream of GPU events
+    bytes BIGINT,               -- args.bytes of a memcpy / memset (bytes moved); args.Bytes of a [memory] event (allocated, negative = freed)
+    input_dims VARCHAR,         -- args."Input Dims" (JSON text; record_shapes=True)
+    input_type VARCHAR,         -- args."Input type" (JSON text)
+    seq_number BIGINT,          -- args."Sequence number": autograd forward/backward link
+    fwd_thread_id BIGINT,       -- args."Fwd thread id"
+    collective_name VARCHAR,    -- args."Collective name" on record_param_comms / NCCL kernels
+    in_msg_nelems BIGINT,       -- args."In msg nelems": elements sent by a collective
+    out_msg_nelems BIGINT,      -- args."Out msg nelems": elements received by a collective
+    dtype VARCHAR,              -- args.dtype of a collective
+    group_size INTEGER,         -- args."Group size" of a collective
+    pg_name VARCHAR,            -- args."Process Group Name"
+    pg_desc VARCHAR,            -- args."Process Group Description"
+    pg_ranks VARCHAR,           -- args."Process Group Ranks" (JSON text)
+    collective_seq BIGINT,      -- args.Seq: per-process-group collective sequence number (newer torch)
+    total_allocated_bytes BIGINT, -- args."Total Allocated" of [memory] events
+    total_reserved_bytes BIGINT,  -- args."Total Reserved" of [memory] events
+    device_type INTEGER,        -- args."Device Type" of [memory] events (0 = CPU, 1 = CUDA)
+    device_id INTEGER,          -- args."Device Id" of [memory] events
+    addr VARCHAR,               -- args.Addr of [memory] events
+    label VARCHAR,              -- args.name of metadata events (process / thread names)
+    labels VARCHAR,             -- args.labels of metadata events
+    sync_kind VARCHAR           -- args.cuda_sync_kind of cuda_sync events
+);
+
+-- Everything odd the loader saw: skipped files, truncations, malformed events, notes.
+CREATE TABLE load_issues (
+    rank INTEGER,               -- rank concerned, NULL for the whole load
+    file VARCHAR,               -- file concerned, NULL when not about one file
+    kind VARCHAR,               -- short machine-readable kind, e.g. 'truncated', 'bad-ts', 'no-steps'
+    severity VARCHAR,           -- 'info' (a choice we made) or 'warning' (data lost or doubtful)
+    message VARCHAR,            -- one line for the user
+    count BIGINT                -- how many events it concerns, NULL when not countable
+);
+
+-- Facts about the load itself.
+CREATE TABLE load_meta (
+    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target'
+    value VARCHAR               -- its value
+);

@@ -1,0 +1,47 @@
+-- Small SQL helpers used by the tables below (and available to users and rules).
+
+-- 'AllReduce', 'all_reduce', 'allreduce_', 'ncclDevKernel_AllReduce_Sum_f32' -> 'all_reduce'
+CREATE OR REPLACE MACRO collective_op(raw) AS (
+    CASE regexp_replace(lower(coalesce(raw, '')), '[^a-z]', '', 'g')
+        WHEN 'allreduce' THEN 'all_reduce'
+        WHEN 'allreducecoalesced' THEN 'all_reduce'
+        WHEN 'allgather' THEN 'all_gather'
+        WHEN 'allgatherintotensor' THEN 'all_gather'
+        WHEN 'allgatherbase' THEN 'all_gather'
+        WHEN 'allgatherintotensorcoalesced' THEN 'all_gather'
+        WHEN 'reducescatter' THEN 'reduce_scatter'
+        WHEN 'reducescattertensor' THEN 'reduce_scatter'
+        WHEN 'reducescatterbase' THEN 'reduce_scatter'
+        WHEN 'reducescattertensorcoalesced' THEN 'reduce_scatter'
+        WHEN 'broadcast' THEN 'broadcast'
+        WHEN 'reduce' THEN 'reduce'
+        WHEN 'alltoall' THEN 'all_to_all'
+        WHEN 'alltoallv' THEN 'all_to_all'
+        WHEN 'alltoallbase' THEN 'all_to_all'
+        WHEN 'sendrecv' THEN 'send_recv'
+        WHEN 'send' THEN 'send'
+        WHEN 'recv' THEN 'recv'
+        WHEN 'barrier' THEN 'barrier'
+        WHEN 'gather' THEN 'gather'
+        WHEN 'scatter' THEN 'scatter'
+        WHEN '' THEN NULL
+        ELSE regexp_replace(lower(raw), '[^a-z0-9]+', '_', 'g')
+    END
+);
+
+-- bytes per element of a torch dtype name as the profiler writes it ('float', 'c10::BFloat16', 'Float')
+CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
+    CASE lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::)', ''))
+        WHEN 'double' THEN 8 WHEN 'long int' THEN 8 WHEN 'long' THEN 8 WHEN 'int64' THEN 8
+        WHEN 'float' THEN 4 WHEN 'int' THEN 4 WHEN 'int32' THEN 4 WHEN 'float32' THEN 4
+        WHEN 'half' THEN 2 WHEN 'bfloat16' THEN 2 WHEN 'short int' THEN 2 WHEN 'float16' THEN 2
+        WHEN 'signed char' THEN 1 WHEN 'unsigned char' THEN 1 WHEN 'bool' THEN 1
+        WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1
+        ELSE NULL
+    END
+);
+
+-- elements of the first tensor in an "Input Dims" JSON list, e.g. '[[8, 512], []]' -> 4096
+CREATE OR REPLACE MACRO first_input_numel(input_dims) AS (
+    list_product(TRY_CAST(json_extract(input_dims, '$[0]') AS BIGINT[]))::BIGINT
+);

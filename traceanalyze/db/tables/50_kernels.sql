@@ -1,0 +1,55 @@
+-- GPU activity: kernels, memcpy and memset, classified by kernel_classes.csv, on the step that launched them.
+CREATE OR REPLACE TABLE kernels AS
+WITH gpu AS (
+    SELECT e.*, (SELECT c.kind FROM kernel_classes AS c
+                 WHERE regexp_matches(e.cat, c.cat_regex) AND regexp_matches(e.name, c.name_regex)
+                 ORDER BY c.priority LIMIT 1) AS kind
+    FROM raw_events AS e
+    WHERE e.ph = 'X' AND e.cat IN ('kernel', 'Kernel', 'gpu_memcpy', 'Memcpy', 'gpu_memset', 'Memset')
+      AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0
+),
+launched AS (
+    SELECT g.*, r.step AS launch_step, r.ts_ns AS launch_ts_ns
+    FROM gpu AS g
+    LEFT JOIN runtime AS r ON r.rank = g.rank AND r.correlation = g.correlation AND g.correlation IS NOT NULL
+)
+SELECT
+    l.rank,                                 -- global rank
+    coalesce(l.launch_step, CASE WHEN l.ts_ns < s.end_ns THEN s.step END) AS step,  -- step whose CPU code launched it (correlation), else the step its time falls in
+    l.kind,                                 -- compute | communication | memcpy | memset (kernel_classes.csv)
+    l.name,                                 -- kernel name (may contain < > & from C++ templates)
+    coalesce(l.device, TRY_CAST(l.pid AS INTEGER)) AS device,  -- GPU index
+    coalesce(l.stream, TRY_CAST(l.tid AS BIGINT)) AS stream,   -- GPU stream
+    l.ts_ns,                                -- start on the GPU, ns (rank's clock)
+    l.dur_ns,                               -- duration, ns
+    l.ts_ns + l.dur_ns AS end_ns,           -- end, ns
+    l.correlation,                          -- correlation id of the launching runtime call
+    l.external_id,                          -- External id of the launching operator
+    l.launch_ts_ns,                         -- when the host launched it, ns (NULL when unknown)
+    l.bytes AS copy_bytes,                  -- bytes moved (memcpy / memset)
+    l.collective_name,                      -- args."Collective name" on NCCL kernels (newer torch)
+    l.in_msg_nelems,                        -- args."In msg nelems"
+    l.dtype,                                -- args.dtype
+    l.pg_name,                              -- args."Process Group Name"
+    l.group_size                            -- args."Group size"
+FROM launched AS l
+ASOF LEFT JOIN steps AS s ON l.rank = s.rank AND l.ts_ns >= s.ts_ns;
+
+-- Memory copies with direction and host memory kind, e.g. 'Memcpy HtoD (Pageable -> Device)'.
+CREATE OR REPLACE TABLE memcpy AS
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- step that launched the copy
+    name,                                   -- copy name as recorded
+    nullif(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD)', 1), '') AS direction,  -- HtoD, DtoH, DtoD, ...
+    nullif(regexp_extract(name, '\((\w+) ->', 1), '') AS src_memory,   -- Pageable, Pinned, Device
+    nullif(regexp_extract(name, '-> (\w+)\)', 1), '') AS dst_memory,   -- Device, Pageable, Pinned
+    device,                                 -- GPU index
+    stream,                                 -- GPU stream
+    ts_ns,                                  -- start, ns
+    dur_ns,                                 -- duration, ns
+    end_ns,                                 -- end, ns
+    copy_bytes,                             -- bytes copied
+    CASE WHEN dur_ns > 0 THEN copy_bytes / dur_ns END AS gb_per_s  -- achieved bandwidth, GB/s (bytes per ns)
+FROM kernels
+WHERE kind = 'memcpy';

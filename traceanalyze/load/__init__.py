@@ -1,0 +1,260 @@
+"""Stage 1: a folder of per-rank traces -> a DuckDB trace database (raw tables + derived tables)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from traceanalyze import __version__
+from traceanalyze import db as tracedb
+from traceanalyze.align import align_ranks
+from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.load.discover import Discovery, TraceFile, discover
+from traceanalyze.load.kineto import base_time_ns, insert_events
+from traceanalyze.load.split import SplitTrace, split_trace
+
+Progress = Callable[[str], None]
+# what DuckDB raises for malformed JSON or values it cannot convert (other errors are bugs)
+BAD_JSON_ERRORS = (duckdb.InvalidInputException, duckdb.ConversionException)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What `load_trace_dir` produced."""
+
+    db_path: Path
+    ranks: list[int]
+    reused: bool  # True when an up-to-date database was found and nothing was parsed
+    events: int
+    input_bytes: int  # uncompressed bytes of the traceEvents arrays parsed (0 when reused)
+
+
+def _fingerprint(discovery: Discovery, ranks: set[int] | None) -> str:
+    files = [(str(tf.path.resolve()), tf.size_bytes, tf.mtime_ns, tf.rank) for tf in discovery.files]
+    payload = json.dumps([tracedb.SCHEMA_VERSION, __version__, sorted(ranks or []), files])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _stored_fingerprint(db_path: Path) -> str | None:
+    try:
+        with duckdb.connect(str(db_path), read_only=True) as con:
+            row = con.execute("SELECT value FROM load_meta WHERE key = 'fingerprint'").fetchone()
+            return row[0] if row else None
+    except duckdb.Error:
+        return None
+
+
+def _reused_result(db_path: Path) -> LoadResult:
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+        (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+    return LoadResult(db_path, ranks, True, events, 0)
+
+
+def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
+                   reuse: bool = True, progress: Progress | None = None) -> LoadResult:
+    """Load the traces under `target` into the database file `db_path`.
+
+    A database built from the same files (same sizes and modification times) and the
+    same rank selection is reused as it is.
+    """
+    say = progress or (lambda _msg: None)
+    discovery = discover(target, ranks)
+    fingerprint = _fingerprint(discovery, ranks)
+    if reuse and db_path.exists() and _stored_fingerprint(db_path) == fingerprint:
+        say(f"reusing {db_path} (traces unchanged)")
+        return _reused_result(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_db = db_path.with_name(db_path.name + ".tmp")
+    tmp_db.unlink(missing_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
+    try:
+        con = duckdb.connect(str(tmp_db))
+        try:
+            result = _load_into(con, target, discovery, work, say)
+            _write_meta(con, target, ranks, fingerprint)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        os.replace(tmp_db, db_path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        tmp_db.unlink(missing_ok=True)
+    return LoadResult(db_path, result[0], False, result[1], result[2])
+
+
+def _load_into(con, target: Path, discovery: Discovery, work: Path, say: Progress):
+    tracedb.create_schema(con)
+    tracedb.create_macros(con)
+    files = discovery.files
+    total_mb = sum(tf.size_bytes for tf in files) / 1e6
+    say(f"reading {len(files)} trace file(s), {total_mb:.1f} MB on disk")
+    splits = _split_all(files, work)
+    _insert_ranks(con, files, splits)
+    _insert_events(con, files, splits, say)
+    _record_issues(con, discovery, splits)
+    say("building tables")
+    tracedb.build_tables(con)
+    _record_event_issues(con)
+    align_ranks(con)
+    (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+    return [tf.rank for tf in files], events, sum(s.events_bytes for s in splits)
+
+
+def _split_all(files: list[TraceFile], work: Path) -> list[SplitTrace]:
+    """Copy each file's events into part files; files are read in parallel threads."""
+    def one(item: tuple[int, TraceFile]) -> SplitTrace:
+        i, tf = item
+        out = work / f"r{i}"
+        out.mkdir()
+        return split_trace(tf.path, out)
+
+    workers = max(1, min(len(files), os.cpu_count() or 1, 8))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, enumerate(files)))
+
+
+def _insert_ranks(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:
+    rows = []
+    for tf, sp in zip(files, splits):
+        devices = sp.metadata.get("deviceProperties")
+        device = devices[0].get("name") if isinstance(devices, list) and devices and isinstance(devices[0], dict) else None
+        rows.append((tf.rank, tf.rank_source, str(tf.path), tf.size_bytes, tf.mtime_ns, sp.events_bytes,
+                     tf.world_size, tf.backend, base_time_ns(sp.metadata), device,
+                     sp.truncated_at_byte is not None))
+    con.executemany(
+        "INSERT INTO ranks (rank, rank_source, file, file_bytes, file_mtime_ns, events_bytes, world_size,"
+        " backend, base_ns, device_name, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def _part_rows(tf: TraceFile, sp: SplitTrace) -> list[tuple[int, str, int]]:
+    base = base_time_ns(sp.metadata)
+    return [(tf.rank, str(p), base) for p in sp.parts]
+
+
+def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: Progress) -> None:
+    """All ranks' parts in one parallel read; on failure, find the bad file and retry or explain."""
+    mb = sum(s.events_bytes for s in splits) / 1e6
+    say(f"parsing {mb:.1f} MB of trace events")
+    rows = [row for tf, sp in zip(files, splits) for row in _part_rows(tf, sp)]
+    try:
+        insert_events(con, rows)
+        return
+    except BAD_JSON_ERRORS:
+        pass
+    for tf, sp in zip(files, splits):
+        _insert_one_file(con, tf, sp)
+
+
+def _insert_one_file(con, tf: TraceFile, sp: SplitTrace) -> None:
+    try:
+        insert_events(con, _part_rows(tf, sp))
+        return
+    except BAD_JSON_ERRORS as exc:
+        message = str(exc)
+    if "UTF-8" in message or "utf-8" in message or "unicode" in message.lower():
+        for part in sp.parts:
+            part.write_bytes(part.read_bytes().decode("utf-8", errors="replace").encode("utf-8"))
+        sp.notes.append(("invalid-utf8", "invalid UTF-8 in event names or args; replaced with U+FFFD"))
+        try:
+            insert_events(con, _part_rows(tf, sp))
+            return
+        except BAD_JSON_ERRORS as exc:
+            message = str(exc)
+    if len(sp.parts) > 1:  # a part boundary may have fallen inside an event: read as one array
+        merged = _merge_parts(sp.parts)
+        sp.parts = [merged]
+        try:
+            insert_events(con, _part_rows(tf, sp))
+            return
+        except BAD_JSON_ERRORS as exc:
+            message = str(exc)
+    raise TraceFormatError(f"malformed trace JSON: {_short_duckdb_error(message)}", str(tf.path))
+
+
+def _merge_parts(parts: list[Path]) -> Path:
+    merged = parts[0].with_name(parts[0].stem + ".merged.json")
+    with open(merged, "wb") as out:
+        out.write(b"[")
+        for i, part in enumerate(parts):
+            body = part.read_bytes()[1:-1]
+            if i and body.strip():
+                out.write(b",")
+            out.write(body)
+        out.write(b"]")
+    return merged
+
+
+def _short_duckdb_error(message: str) -> str:
+    text = " ".join(message.split())
+    for prefix in ("Invalid Input Error: ", "Conversion Error: "):
+        text = text.replace(prefix, "")
+    text = text.split(" in file ")[0] + (" " + text.split('"', 2)[-1] if ' in file "' in text else "")
+    return text[:300]
+
+
+def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
+    rows = [(None, path, kind, "info", message, None) for path, kind, message in discovery.notes]
+    for tf, sp in zip(discovery.files, splits):
+        if sp.truncated_at_byte is not None:
+            rows.append((tf.rank, str(tf.path), "truncated", "warning",
+                         f"file ends abruptly at byte {sp.truncated_at_byte:,} (uncompressed): "
+                         f"kept every complete event before the cut, lost the last "
+                         f"{sp.lost_bytes:,} bytes (an incomplete event)", None))
+        rows.extend((tf.rank, str(tf.path), kind, "warning", message, None) for kind, message in sp.notes)
+        if tf.rank_source == "file name":
+            rows.append((tf.rank, str(tf.path), "rank-from-name", "info",
+                         f"no distributedInfo.rank in the trace; rank {tf.rank} taken from the file name", None))
+        elif tf.rank_source == "single process":
+            rows.append((tf.rank, str(tf.path), "single-process", "info",
+                         "no distributedInfo: a single-process run, analyzed as rank 0", None))
+    if rows:
+        con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def _record_event_issues(con) -> None:
+    """Malformed events, counted per rank: never dropped silently."""
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT e.rank, r.file, kind, 'warning', message, n FROM (
+            SELECT rank, 'bad-ts' AS kind,
+                   'events whose ts is missing, not a number or out of range were skipped' AS message,
+                   count(*) AS n
+            FROM raw_events WHERE ts_ns IS NULL AND coalesce(ph, '') NOT IN ('M') GROUP BY rank
+            UNION ALL
+            SELECT rank, 'bad-dur', 'complete (X) events with a missing or negative dur were skipped', count(*)
+            FROM raw_events WHERE ph = 'X' AND ts_ns IS NOT NULL AND (dur_ns IS NULL OR dur_ns < 0) GROUP BY rank
+            UNION ALL
+            SELECT rank, 'no-ph', 'events without a ph (phase) field were skipped', count(*)
+            FROM raw_events WHERE ph IS NULL GROUP BY rank
+        ) AS e JOIN ranks AS r USING (rank)
+    """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT s.rank, r.file, 'no-steps', 'info',
+               'no ProfilerStep#N annotations (profiled without a schedule): the whole trace is analyzed as one window',
+               NULL
+        FROM steps AS s JOIN ranks AS r USING (rank) WHERE s.synthetic
+    """)
+
+
+def _write_meta(con, target: Path, ranks: set[int] | None, fingerprint: str) -> None:
+    con.executemany("INSERT INTO load_meta VALUES (?, ?)", [
+        ("schema_version", tracedb.SCHEMA_VERSION),
+        ("tool_version", __version__),
+        ("target", str(target)),
+        ("rank_selection", "all" if ranks is None else ",".join(map(str, sorted(ranks)))),
+        ("fingerprint", fingerprint),
+    ])
+
+
+__all__ = ["LoadResult", "load_trace_dir", "TraceanalyzeError"]

@@ -1,0 +1,182 @@
+"""Find per-rank trace files in a directory and tell which rank each one is."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load.source import open_trace_bytes
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+# rank-3, rank3, rank_3, worker3, worker0.1623143089861.pt.trace.json
+RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+# tensorboard_trace_handler: <worker_name>.<time_ms>.pt.trace.json[.gz]
+WINDOW_IN_NAME = re.compile(r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.json(?:\.gz)?$")
+HEAD_PROBE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """One per-rank trace file picked for loading."""
+
+    path: Path
+    rank: int
+    rank_source: str  # 'distributedInfo' | 'file name' | 'single process'
+    world_size: int | None
+    backend: str | None
+    size_bytes: int
+    mtime_ns: int
+
+
+@dataclass
+class Discovery:
+    """What discovery found: the files to load and notes about the rest."""
+
+    files: list[TraceFile]
+    notes: list[tuple[str, str, str]] = field(default_factory=list)  # (path, kind, message)
+
+
+def parse_rank_selection(spec: str | None) -> set[int] | None:
+    """`all` -> None; `0,3` -> {0, 3}; `0-7` -> {0..7}; mixtures allowed (`0-3,8`)."""
+    if spec is None or spec.strip().lower() in ("", "all"):
+        return None
+    ranks: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise TraceanalyzeError(f"--ranks: cannot read {part!r}; use all, 0,3 or 0-7")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if hi < lo:
+            raise TraceanalyzeError(f"--ranks: empty range {part!r}")
+        ranks.update(range(lo, hi + 1))
+    return ranks
+
+
+def list_trace_paths(target: Path) -> list[Path]:
+    """Trace files under `target` (a file or a directory, searched recursively)."""
+    if not target.exists():
+        raise TraceanalyzeError("no such file or directory", str(target))
+    if target.is_file():
+        return [target]
+    paths = sorted(
+        p for p in target.rglob("*")
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
+        and p.name not in ("summary.json", "expected.json")
+    )
+    if not paths:
+        raise TraceanalyzeError("no trace files (*.json, *.json.gz) found", str(target))
+    return paths
+
+
+def read_distributed_info(path: Path) -> dict | None:
+    """The `distributedInfo` object if it appears in the first MiB of the file."""
+    head = open_trace_bytes(path, limit=HEAD_PROBE_BYTES)
+    at = head.find(b'"distributedInfo"')
+    if at < 0:
+        return None
+    colon = head.find(b":", at)
+    text = head[colon + 1:].decode("utf-8", errors="replace").lstrip()
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def identify(path: Path, only_file: bool = False) -> TraceFile:
+    """Tell the rank of one file: distributedInfo.rank, else the file name, else an error.
+
+    The one exception: a lone file without any distributedInfo comes from a
+    single-process (non-distributed) run, and is rank 0.
+    """
+    found = read_distributed_info(path)
+    info = found or {}
+    rank, source = info.get("rank"), "distributedInfo"
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        m = RANK_IN_NAME.search(path.name)
+        if m:
+            rank, source = int(m.group(1)), "file name"
+        elif only_file and found is None:
+            rank, source = 0, "single process"
+        else:
+            raise TraceanalyzeError(
+                "cannot tell which rank this trace is: it has no distributedInfo.rank and its "
+                "name has no rank number (rename it like rank0.json)", str(path))
+    world = info.get("world_size")
+    stat = path.stat()
+    return TraceFile(
+        path=path, rank=rank, rank_source=source,
+        world_size=world if isinstance(world, int) else None,
+        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
+    )
+
+
+def _window_key(tf: TraceFile) -> tuple[int, int, str]:
+    m = WINDOW_IN_NAME.match(tf.path.name)
+    return (int(m.group("window")) if m else -1, tf.mtime_ns, tf.path.name)
+
+
+def _worker_name(tf: TraceFile) -> str:
+    m = WINDOW_IN_NAME.match(tf.path.name)
+    return str(tf.path.parent / (m.group("worker") if m else tf.path.name))
+
+
+def pick_windows(files: list[TraceFile]) -> Discovery:
+    """One file per rank. Several windows of one worker: keep the last one and say so.
+
+    Files of one rank from different workers (different name prefixes) are two
+    traces claiming the same rank: an error, since either choice could be wrong.
+    """
+    by_rank: dict[int, list[TraceFile]] = {}
+    for tf in files:
+        by_rank.setdefault(tf.rank, []).append(tf)
+    chosen, notes = [], []
+    for rank, group in sorted(by_rank.items()):
+        if len(group) > 1 and len({_worker_name(tf) for tf in group}) > 1:
+            names = ", ".join(str(tf.path) for tf in group)
+            raise TraceanalyzeError(f"two trace files claim rank {rank}: {names}", str(group[0].path))
+        group.sort(key=_window_key)
+        chosen.append(group[-1])
+        for skipped in group[:-1]:
+            notes.append((str(skipped.path), "window-skipped",
+                          f"rank {rank} has {len(group)} profiling windows; analyzing the last "
+                          f"one ({group[-1].path.name}), skipping this one"))
+    return Discovery(files=chosen, notes=notes)
+
+
+def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
+    """Files to load for `target`, filtered to the selected ranks."""
+    paths = list_trace_paths(target)
+    found = [identify(p, only_file=len(paths) == 1) for p in paths]
+    result = pick_windows(found)
+    if ranks is not None:
+        present = {tf.rank for tf in result.files}
+        missing = sorted(ranks - present)
+        result.files = [tf for tf in result.files if tf.rank in ranks]
+        if not result.files:
+            raise TraceanalyzeError(
+                f"none of the selected ranks {sorted(ranks)} has a trace (present: {sorted(present)})",
+                str(target))
+        for rank in missing:
+            result.notes.append((str(target), "rank-missing", f"selected rank {rank} has no trace file"))
+    worlds = {tf.world_size for tf in result.files if tf.world_size}
+    if len(worlds) > 1:
+        raise TraceanalyzeError(
+            f"the traces come from different runs: world sizes {sorted(worlds)} in one folder",
+            str(target))
+    if worlds and ranks is None:
+        world = worlds.pop()
+        present = {tf.rank for tf in result.files}
+        absent = [r for r in range(world) if r not in present]
+        if absent and len(absent) < world:
+            shown = ", ".join(map(str, absent[:16])) + (" ..." if len(absent) > 16 else "")
+            result.notes.append((str(target), "rank-missing",
+                                 f"world size is {world} but {len(absent)} rank files are absent "
+                                 f"({shown}); analyzing the {len(present)} ranks present"))
+    return result
