@@ -119,6 +119,19 @@ def _resolve_db(source: Path, ranks: str) -> Path:
     return db_path
 
 
+def _register_commands() -> None:
+    import importlib
+
+    from traceanalyze.commands import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"traceanalyze.commands.{name}")
+        cli.add_command(module.command)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=True)
