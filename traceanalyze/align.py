@@ -12,18 +12,6 @@ import duckdb
 
 from traceanalyze.errors import TraceanalyzeError
 
-ALIGNED_STEPS_SQL = """
-CREATE OR REPLACE TABLE aligned_steps AS
-SELECT
-    step,                                   -- ProfilerStep N present on every loaded rank
-    min(dur_ns) AS min_dur_ns,              -- shortest duration of this step over ranks, ns
-    max(dur_ns) AS max_dur_ns,              -- longest duration of this step over ranks, ns
-    median(dur_ns)::BIGINT AS median_dur_ns -- median duration over ranks, ns
-FROM steps
-GROUP BY step
-HAVING count(DISTINCT rank) = (SELECT count(*) FROM ranks)
-ORDER BY step
-"""
 
 # offset of rank r = median over matched collectives of (end on r - end on the reference rank)
 CLOCK_OFFSETS_SQL = """
@@ -48,8 +36,7 @@ def _describe_step_sets(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
-    """Create `aligned_steps`, record dropped steps in load_issues, estimate clock offsets."""
-    con.execute(ALIGNED_STEPS_SQL)
+    """Check `aligned_steps`, record dropped steps in load_issues, estimate clock offsets."""
     (n_aligned,) = con.execute("SELECT count(*) FROM aligned_steps").fetchone()
     (n_ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
     if n_aligned == 0 and n_ranks > 1:

@@ -70,7 +70,7 @@ def default_out_dir(trace_dir: Path) -> Path:
 
 
 @cli.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path), required=False)
 @click.argument("query", required=False)
 @click.option("-f", "--file", "query_file", type=click.Path(exists=True, path_type=Path),
               help="Read the query from a file.")
@@ -89,6 +89,8 @@ def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, writ
     if show_schema:
         click.echo(schema_markdown(table_comments()))
         return
+    if source is None:
+        raise TraceanalyzeError("no database or trace folder given")
     if query_file:
         query = query_file.read_text()
     if not query:

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Regenerate the generated sections of README.md (schema; rules) — `--check` fails on drift.
+
+Sections are delimited by `<!-- NAME:start -->` / `<!-- NAME:end -->` markers.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def generated_sections() -> dict[str, str]:
+    from traceanalyze.db import table_comments
+    from traceanalyze.db.docs import schema_markdown
+
+    sections = {"schema": schema_markdown(table_comments())}
+    try:
+        from traceanalyze.ruleset import rules_markdown
+    except ImportError:
+        rules_markdown = None
+    if rules_markdown is not None:
+        sections["rules"] = rules_markdown()
+    return sections
+
+
+def render(readme: str, sections: dict[str, str]) -> str:
+    for name, body in sections.items():
+        pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.DOTALL)
+        readme = pattern.sub(lambda m: m.group(1) + body.rstrip() + "\n" + m.group(2), readme)
+    return readme
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = render(old, generated_sections())
+    if "--check" in sys.argv:
+        if new != old:
+            print("README.md is out of date: run python scripts/update_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
