@@ -19,3 +19,67 @@ def balanced_db(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("balanced") / "trace.duckdb"
     load_trace_dir(FIXTURES / "balanced", db)
     return db
+
+
+def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300):
+    """Run the real `traceanalyze` command in a subprocess; returns CompletedProcess (text)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "traceanalyze", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """`cli("load", DIR, "--db", X)` -> CompletedProcess of the real command line."""
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def loaded_with_cli(tmp_path_factory):
+    """`loaded_with_cli(DIR, *options)` -> (db path, CompletedProcess of `traceanalyze load`).
+
+    Each folder is loaded once per test session, shared by the xdist workers (the first
+    worker loads it under a lock, the others reuse its database). Treat the DB as read-only.
+    """
+    import fcntl
+    import hashlib
+    import json
+    import subprocess
+
+    shared = tmp_path_factory.getbasetemp().parent / "cli-load-cache"
+    shared.mkdir(exist_ok=True)
+
+    def load(target: Path, *extra: str):
+        key = hashlib.sha256(json.dumps([str(target), *extra]).encode()).hexdigest()[:16]
+        folder = shared / key
+        folder.mkdir(exist_ok=True)
+        db, done = folder / "trace.duckdb", folder / "result.json"
+        with open(folder / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                proc = run_cli("load", target, "--db", db, *extra)
+                done.write_text(json.dumps([proc.args, proc.returncode, proc.stdout, proc.stderr]))
+        args, rc, out, err = json.loads(done.read_text())
+        return db, subprocess.CompletedProcess(args, rc, out, err)
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def recorded_runs(tmp_path_factory) -> list[dict[int, Path]]:
+    """Copies of the rank files of two different recorded 4-rank runs under fixtures/ddp
+    ({rank: path} each), taken once per session: immune to fixtures being re-recorded."""
+    import re
+    import shutil
+
+    runs = []
+    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        files = {int(re.match(r"rank(\d+)\.", p.name).group(1)): p for p in folder.glob("rank*.pt.trace.json.gz")}
+        if sorted(files) == [0, 1, 2, 3]:
+            dst = tmp_path_factory.mktemp(f"run-{folder.name}")
+            runs.append({r: Path(shutil.copy2(p, dst / p.name)) for r, p in files.items()})
+        if len(runs) == 2:
+            return runs
+    raise AssertionError("fewer than two recorded 4-rank runs under fixtures/ddp")

@@ -57,3 +57,17 @@ def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
     """)
     con.execute("UPDATE ranks SET clock_offset_ns = 0 WHERE rank = (SELECT min(rank) FROM ranks)")
     con.execute(CLOCK_OFFSETS_SQL)
+    con.execute(CLOCK_NOTE_SQL, [CLOCK_NOTE_NS])
+
+
+# a clock this far off the reference rank is worth a note (hosts without synchronized clocks)
+CLOCK_NOTE_NS = 1_000_000_000
+CLOCK_NOTE_SQL = """
+INSERT INTO load_issues
+SELECT r.rank, r.file, 'clock-offset', 'info',
+       'this rank''s clock is ' || printf('%.3f', abs(r.clock_offset_ns) / 1e9) || ' s '
+       || CASE WHEN r.clock_offset_ns > 0 THEN 'ahead of' ELSE 'behind' END
+       || ' rank ' || (SELECT min(rank) FROM ranks)::VARCHAR
+       || ' (estimated from collectives); ranks are compared on step-relative times', NULL
+FROM ranks AS r WHERE abs(r.clock_offset_ns) >= ?
+"""

@@ -60,8 +60,21 @@ def load(trace_dir: Path, db_path: Path | None, ranks: str, force: bool, quiet: 
     db_path = db_path or default_out_dir(trace_dir) / "trace.duckdb"
     result = load_trace_dir(trace_dir, db_path, parse_rank_selection(ranks), reuse=not force,
                             progress=_progress(quiet))
+    _echo_load_issues(result.db_path, quiet)
     state = "reused" if result.reused else "wrote"
     click.echo(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events")
+
+
+def _echo_load_issues(db_path: Path, quiet: bool) -> None:
+    """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet."""
+    from traceanalyze.load import read_load_issues
+
+    for severity, file, message, count in read_load_issues(db_path):
+        if severity == "info" and quiet:
+            continue
+        where = f"{file}: " if file else ""
+        counted = f" ({count:,} events)" if count else ""
+        click.echo(f"traceanalyze: {severity}: {where}{message}{counted}", err=True)
 
 
 def default_out_dir(trace_dir: Path) -> Path:
@@ -76,7 +89,9 @@ def default_out_dir(trace_dir: Path) -> Path:
               help="Read the query from a file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
+@click.option("--write", is_flag=True,
+              help="Open the database read-write and allow file access (COPY TO, ATTACH, read_csv);"
+                   " by default it is read-only and the query cannot touch other files.")
 @click.option("--schema", "show_schema", is_flag=True, help="Print the documented tables and columns.")
 @ranks_option
 def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, write: bool,
@@ -97,7 +112,9 @@ def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, writ
         raise TraceanalyzeError("no query given (pass it as an argument or with --file)")
     db_path = _resolve_db(source, ranks)
     try:
-        con = duckdb.connect(str(db_path), read_only=not write)
+        # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH
+        con = duckdb.connect(str(db_path), read_only=not write,
+                             config={} if write else {"enable_external_access": False})
     except duckdb.Error as exc:
         raise TraceanalyzeError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
     try:

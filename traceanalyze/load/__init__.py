@@ -19,7 +19,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import Discovery, TraceFile, discover
-from traceanalyze.load.kineto import base_time_ns, insert_events
+from traceanalyze.load.kineto import INEXACT_RANKS_SQL, add_exact_times, base_time_ns, insert_events
 from traceanalyze.load.split import SplitTrace, split_trace
 
 Progress = Callable[[str], None]
@@ -51,6 +51,14 @@ def _stored_fingerprint(db_path: Path) -> str | None:
             return row[0] if row else None
     except duckdb.Error:
         return None
+
+
+def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | None]]:
+    """(severity, file, message, count) of the load_issues of a database, warnings first."""
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        return con.execute(
+            "SELECT severity, file, message, count FROM load_issues"
+            " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
 
 
 def _reused_result(db_path: Path) -> LoadResult:
@@ -101,10 +109,13 @@ def _load_into(con, target: Path, discovery: Discovery, work: Path, say: Progres
     splits = _split_all(files, work)
     _insert_ranks(con, files, splits)
     _insert_events(con, files, splits, say)
+    _make_times_exact(con, files, splits)
+    _convert_begin_end(con)
     _record_issues(con, discovery, splits)
     say("building tables")
     tracedb.build_tables(con)
     _record_event_issues(con)
+    _check_one_run(con, files, splits)
     align_ranks(con)
     (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     return [tf.rank for tf in files], events, sum(s.events_bytes for s in splits)
@@ -155,30 +166,100 @@ def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: P
         _insert_one_file(con, tf, sp)
 
 
-def _insert_one_file(con, tf: TraceFile, sp: SplitTrace) -> None:
-    try:
-        insert_events(con, _part_rows(tf, sp))
+def _make_times_exact(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:
+    """Re-read the ranks whose fractional times were too large for DuckDB's doubles."""
+    inexact = {rank for (rank,) in con.execute(INEXACT_RANKS_SQL).fetchall()}
+    for tf, sp in zip(files, splits):
+        if tf.rank in inexact:
+            for part in sp.parts:
+                add_exact_times(part)
+            con.execute("DELETE FROM raw_events WHERE rank = ?", [tf.rank])
+            insert_events(con, _part_rows(tf, sp), exact_times=True, lenient=_is_lenient(sp))
+
+
+# Chrome "duration" events: a B (begin) and the next E (end) on the same thread close a range,
+# nested like a stack. Matched pairs become one complete (X) event (the B row, with the
+# duration), so steps and ops written as B/E work like Kineto's X events. Ties in ts keep
+# the file order (rowid).
+BEGIN_END_PAIRS_SQL = """
+CREATE OR REPLACE TEMP TABLE _begin_end AS
+WITH be AS (
+    SELECT rowid AS rid, rank, pid, tid, ph, name, ts_ns,
+           sum(CASE ph WHEN 'B' THEN 1 ELSE -1 END) OVER (
+               PARTITION BY rank, pid, tid ORDER BY ts_ns, rowid ROWS UNBOUNDED PRECEDING) AS depth
+    FROM raw_events WHERE ph IN ('B', 'E') AND ts_ns IS NOT NULL
+),
+leveled AS (SELECT *, CASE ph WHEN 'B' THEN depth ELSE depth + 1 END AS level FROM be),
+paired AS (
+    SELECT *, lead(ph) OVER w AS next_ph, lead(rid) OVER w AS next_rid,
+           lead(ts_ns) OVER w AS next_ts, lead(name) OVER w AS next_name
+    FROM leveled
+    WINDOW w AS (PARTITION BY rank, pid, tid, level ORDER BY ts_ns, rid)
+)
+SELECT rank, rid AS begin_rid, next_rid AS end_rid, next_ts - ts_ns AS dur_ns, next_name AS end_name
+FROM paired WHERE ph = 'B' AND next_ph = 'E'
+"""
+
+
+def _convert_begin_end(con) -> None:
+    """Matched B/E pairs -> X events; the count and any unmatched B or E go to load_issues."""
+    (n,) = con.execute("SELECT count(*) FROM raw_events WHERE ph IN ('B', 'E')").fetchone()
+    if not n:
         return
-    except BAD_JSON_ERRORS as exc:
-        message = str(exc)
-    if "UTF-8" in message or "utf-8" in message or "unicode" in message.lower():
-        for part in sp.parts:
-            part.write_bytes(part.read_bytes().decode("utf-8", errors="replace").encode("utf-8"))
-        sp.notes.append(("invalid-utf8", "invalid UTF-8 in event names or args; replaced with U+FFFD"))
+    con.execute(BEGIN_END_PAIRS_SQL)
+    con.execute("DELETE FROM raw_events WHERE rowid IN (SELECT end_rid FROM _begin_end)")
+    con.execute("""
+        UPDATE raw_events SET ph = 'X', dur_ns = p.dur_ns, name = coalesce(raw_events.name, p.end_name)
+        FROM _begin_end AS p WHERE raw_events.rowid = p.begin_rid
+    """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT p.rank, r.file, 'begin-end', 'info',
+               'B/E (begin/end) event pairs were read as complete events', count(*)
+        FROM _begin_end AS p JOIN ranks AS r USING (rank) GROUP BY p.rank, r.file
+        UNION ALL
+        SELECT e.rank, r.file, 'unmatched-begin-end', 'warning',
+               'B (begin) or E (end) events without their other half were skipped', count(*)
+        FROM raw_events AS e JOIN ranks AS r USING (rank) WHERE e.ph IN ('B', 'E') GROUP BY e.rank, r.file
+    """)
+    con.execute("DROP TABLE _begin_end")
+
+
+def _insert_one_file(con, tf: TraceFile, sp: SplitTrace) -> None:
+    """Read one file's parts, repairing what can be repaired (and saying so), else explain."""
+    fixes = {"utf8", "types", "merge"}
+    while True:
         try:
-            insert_events(con, _part_rows(tf, sp))
+            insert_events(con, _part_rows(tf, sp), lenient=_is_lenient(sp))
             return
         except BAD_JSON_ERRORS as exc:
             message = str(exc)
-    if len(sp.parts) > 1:  # a part boundary may have fallen inside an event: read as one array
-        merged = _merge_parts(sp.parts)
-        sp.parts = [merged]
-        try:
-            insert_events(con, _part_rows(tf, sp))
-            return
-        except BAD_JSON_ERRORS as exc:
-            message = str(exc)
-    raise TraceFormatError(f"malformed trace JSON: {_short_duckdb_error(message)}", str(tf.path))
+        lowered = message.lower()
+        if "utf8" in fixes and ("utf-8" in lowered or "unicode" in lowered):
+            fixes.discard("utf8")
+            for part in sp.parts:
+                part.write_bytes(part.read_bytes().decode("utf-8", errors="replace").encode("utf-8"))
+            sp.notes.append(("invalid-utf8", "invalid UTF-8 in event names or args; replaced with U+FFFD"))
+        elif "types" in fixes and "transform error" in lowered:
+            # a value of an unexpected JSON type (args a list, an event that is not an object, a
+            # duplicate key): read such values as NULL instead of refusing the whole file
+            fixes.discard("types")
+            sp.notes.append((LENIENT_KIND,
+                             "some events have values of unexpected JSON types; those values were read as "
+                             f"NULL (first one: {_short_duckdb_error(message)})"))
+        elif "merge" in fixes and len(sp.parts) > 1:
+            # a part boundary may have fallen inside an event: read as one array
+            fixes.discard("merge")
+            sp.parts = [_merge_parts(sp.parts)]
+        else:
+            raise TraceFormatError(f"malformed trace JSON: {_short_duckdb_error(message)}", str(tf.path))
+
+
+LENIENT_KIND = "unexpected-types"
+
+
+def _is_lenient(sp: SplitTrace) -> bool:
+    return any(kind == LENIENT_KIND for kind, _ in sp.notes)
 
 
 def _merge_parts(parts: list[Path]) -> Path:
@@ -199,7 +280,8 @@ def _short_duckdb_error(message: str) -> str:
     for prefix in ("Invalid Input Error: ", "Conversion Error: "):
         text = text.replace(prefix, "")
     text = text.split(" in file ")[0] + (" " + text.split('"', 2)[-1] if ' in file "' in text else "")
-    return text[:300]
+    text = text.split(" Try setting ")[0].split(" Parse errors cannot be ignored")[0]  # DuckDB's advice
+    return text.replace(" , in ", " in ").replace(" , ", " ").strip()[:300]
 
 
 def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
@@ -209,7 +291,8 @@ def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
             rows.append((tf.rank, str(tf.path), "truncated", "warning",
                          f"file ends abruptly at byte {sp.truncated_at_byte:,} (uncompressed): "
                          f"kept every complete event before the cut, lost the last "
-                         f"{sp.lost_bytes:,} bytes (an incomplete event)", None))
+                         f"{sp.lost_bytes:,} bytes (an event cut in the middle, or the end of the file)",
+                         None))
         rows.extend((tf.rank, str(tf.path), kind, "warning", message, None) for kind, message in sp.notes)
         if tf.rank_source == "file name":
             rows.append((tf.rank, str(tf.path), "rank-from-name", "info",
@@ -221,6 +304,29 @@ def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
+def _check_one_run(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:
+    """Ranks recorded on one host share its clock, so their profiling windows must overlap in
+    time; when they do not, the files come from different runs (or windows) of the job."""
+    hosts = {tf.rank: sp.metadata.get("host_name") for tf, sp in zip(files, splits)}
+    windows = {rank: (lo, hi) for rank, lo, hi in con.execute(
+        "SELECT rank, min(ts_ns), max(end_ns) FROM steps GROUP BY rank").fetchall()}
+    by_host: dict[str, list[int]] = {}
+    for rank, host in hosts.items():
+        if isinstance(host, str) and host and rank in windows:
+            by_host.setdefault(host, []).append(rank)
+    for host, ranks in by_host.items():
+        ranks.sort(key=lambda r: windows[r])
+        first = ranks[0]
+        for rank in ranks[1:]:
+            if windows[rank][0] > windows[first][1]:
+                gap_s = (windows[rank][0] - windows[first][1]) / 1e9
+                path = next(str(tf.path) for tf in files if tf.rank == rank)
+                raise TraceFormatError(
+                    f"rank {rank} was recorded on host {host!r} like rank {first}, but {gap_s:,.1f} s "
+                    f"after rank {first}'s profiled steps ended: the files come from different runs "
+                    "or profiling windows", path)
+
+
 def _record_event_issues(con) -> None:
     """Malformed events, counted per rank: never dropped silently."""
     con.execute("""
@@ -229,12 +335,13 @@ def _record_event_issues(con) -> None:
             SELECT rank, 'bad-ts' AS kind,
                    'events whose ts is missing, not a number or out of range were skipped' AS message,
                    count(*) AS n
-            FROM raw_events WHERE ts_ns IS NULL AND coalesce(ph, '') NOT IN ('M') GROUP BY rank
+            FROM raw_events WHERE ts_ns IS NULL AND ph IS NOT NULL AND ph <> 'M' GROUP BY rank
             UNION ALL
             SELECT rank, 'bad-dur', 'complete (X) events with a missing or negative dur were skipped', count(*)
             FROM raw_events WHERE ph = 'X' AND ts_ns IS NOT NULL AND (dur_ns IS NULL OR dur_ns < 0) GROUP BY rank
             UNION ALL
-            SELECT rank, 'no-ph', 'events without a ph (phase) field were skipped', count(*)
+            SELECT rank, 'no-ph', 'events without a ph (phase) field, or not JSON objects, were skipped',
+                   count(*)
             FROM raw_events WHERE ph IS NULL GROUP BY rank
         ) AS e JOIN ranks AS r USING (rank)
     """)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,10 +167,13 @@ def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
         for rank in missing:
             result.notes.append((str(target), "rank-missing", f"selected rank {rank} has no trace file"))
     worlds = {tf.world_size for tf in result.files if tf.world_size}
-    if len(worlds) > 1:
+    if len(worlds) > 1:  # name a file whose world size differs from most others'
+        usual = Counter(tf.world_size for tf in result.files if tf.world_size).most_common(1)[0][0]
+        odd = next(tf for tf in result.files if tf.world_size and tf.world_size != usual)
+        other = next(tf for tf in result.files if tf.world_size == usual)
         raise TraceanalyzeError(
-            f"the traces come from different runs: world sizes {sorted(worlds)} in one folder",
-            str(target))
+            f"the traces come from different runs: world size {odd.world_size} in this file but "
+            f"{usual} in {other.path.name} (world sizes {sorted(worlds)} in one folder)", str(odd.path))
     if worlds and ranks is None:
         world = worlds.pop()
         present = {tf.rank for tf in result.files}

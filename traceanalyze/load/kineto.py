@@ -2,12 +2,14 @@
 
 DuckDB's JSON reader (C++, one thread per part file) decodes the part files written by
 `split.py` straight into typed columns: no Python object is built per event. Times are
-read as text and converted exactly (DECIMAL) to BIGINT nanoseconds; microsecond inputs
-with fractional (ns) digits survive without float rounding.
+read as text and converted exactly (DECIMAL) to BIGINT nanoseconds; fractional values too
+large for a double to hold their ns digits are read again exactly (see add_exact_times).
 """
 
 from __future__ import annotations
 
+import re
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import duckdb
@@ -64,35 +66,107 @@ def _time_ns(expr: str) -> str:
     return f"TRY_CAST(TRY_CAST(CAST({expr} AS VARCHAR) AS DECIMAL(38, 3)) * 1000 AS BIGINT)"
 
 
-def select_events_sql() -> str:
-    """SELECT over read_json($parts) producing raw_events rows (rank joined in by file name)."""
+# split.py writes an epoch-us `"ts": 1712195495519689.047` as `"__ta_tsp": 171219 - d,
+# "ts": <d>5495519689.047` (d one digit): the short number survives DuckDB's double exactly,
+# and the prefix comes back as tsp x 10^(digits of the short ns - 1).
+TS_PREFIX_KEY = "__ta_tsp"
+_TS_PREFIX_IN_NAME = re.compile(r"\.tsp(\d+)\.part")
+
+
+def part_ts_prefix(path: str) -> int | None:
+    """The ts prefix split.py took out of the events of a part file (from its name), or None."""
+    m = _TS_PREFIX_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def _with_ts_prefix(short_ns: str, tsp: str) -> str:
+    """ns of a (possibly) prefix-stripped ts: `short_ns` (BIGINT) + tsp x 10^(its digits - 1)."""
+    power = (f"CASE WHEN {short_ns} >= 10000000000000 AND {short_ns} < 100000000000000 THEN 10000000000000"
+             f" WHEN {short_ns} >= 1000 THEN CAST(10 ** (length(CAST({short_ns} AS VARCHAR)) - 1) AS BIGINT) END")
+    return f"CASE WHEN {tsp} IS NULL THEN {short_ns} ELSE {short_ns} + TRY_CAST({tsp} AS BIGINT) * ({power}) END"
+
+
+def select_events_sql(exact_times: bool = False, lenient: bool = False) -> str:
+    """SELECT over read_json($parts) producing raw_events rows (rank joined in by file name).
+
+    With `exact_times`, the parts carry the exact ns written by `add_exact_times`. With
+    `lenient`, values of unexpected JSON types (args a list, an element not an object) are
+    read as NULL instead of failing; syntax errors still fail.
+    """
     args = ",\n    ".join(
         f"TRY_CAST(args.{_quote(key)} AS {sqltype}) AS {col}" for key, col, sqltype in ARG_FIELDS
     )
+    ts, dur = _time_ns("ts"), _time_ns("e.dur")
+    if exact_times:
+        ts = f"coalesce(TRY_CAST({EXACT_KEYS['ts']} AS BIGINT), {ts})"
+        dur = f"coalesce(TRY_CAST(e.{EXACT_KEYS['dur']} AS BIGINT), {dur})"
     return f"""
 SELECT
     p.rank,
     e.ph, e.cat, e.name, e.pid, e.tid,
-    {_time_ns('e.ts')} + p.base_ns AS ts_ns,
-    {_time_ns('e.dur')} AS dur_ns,
+    {_with_ts_prefix("e.__short_ts_ns", "e." + TS_PREFIX_KEY)} + p.base_ns AS ts_ns,
+    {dur} AS dur_ns,
     json_type(e.ts) AS ts_json_type,
     e.id AS flow_id,
     {args}
-FROM read_json($files, format = 'array', columns = $columns, filename = true,
-               maximum_object_size = 1073741824) AS e
+FROM (SELECT *, {ts} AS __short_ts_ns
+      FROM read_json($files, format = 'array', columns = $columns, filename = true,
+                     maximum_object_size = 1073741824{", ignore_errors = true" if lenient else ""})) AS e
 JOIN _load_parts AS p ON p.part_path = e.filename
 """
 
 
-def insert_events(con: duckdb.DuckDBPyConnection, parts: list[tuple[int, str, int]]) -> None:
+def insert_events(con: duckdb.DuckDBPyConnection, parts: list[tuple[int, str, int]],
+                  exact_times: bool = False, lenient: bool = False) -> None:
     """Parse part files (rank, path, base_ns) into raw_events, in parallel across files."""
     con.execute("CREATE OR REPLACE TEMP TABLE _load_parts (rank INTEGER, part_path VARCHAR, base_ns BIGINT)")
     con.executemany("INSERT INTO _load_parts VALUES (?, ?, ?)", parts)
     files = [path for _, path, _ in parts]
+    prefixes = {(rank, part_ts_prefix(path)) for rank, path, _ in parts} - {(rank, None) for rank, _, _ in parts}
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS _ts_prefixes (rank INTEGER, ts_prefix BIGINT)")
+    if prefixes:
+        con.executemany("INSERT INTO _ts_prefixes VALUES (?, ?)", sorted(prefixes))
+    columns = read_json_columns()
+    columns[TS_PREFIX_KEY] = "VARCHAR"
+    if exact_times:
+        columns.update({key: "VARCHAR" for key in EXACT_KEYS.values()})
     con.execute(
-        "INSERT INTO raw_events BY NAME " + select_events_sql(),
-        {"files": files, "columns": read_json_columns()},
+        "INSERT INTO raw_events BY NAME " + select_events_sql(exact_times, lenient),
+        {"files": files, "columns": columns},
     )
+
+
+# DuckDB's JSON reader turns a fractional number into a DOUBLE. A double keeps every
+# 3-decimal microsecond value exact only below 2**43 us (about 101 days): epoch
+# timestamps with ns digits (1712195495519689.047) would lose them. Such ranks are read
+# again from parts where each fractional ts/dur also has its exact ns as an integer.
+EXACT_DOUBLE_LIMIT_NS = (1 << 43) * 1000
+EXACT_KEYS = {"ts": "__traceanalyze_ts_ns", "dur": "__traceanalyze_dur_ns"}
+_FRACTIONAL_TIME = re.compile(rb'"(ts|dur)"(\s*:\s*)(-?\d+\.\d+)(?=\s*[,}])')
+
+# (a long ts whose leading digits are its rank's split.py prefix was read exactly, shortened)
+INEXACT_RANKS_SQL = f"""
+SELECT DISTINCT e.rank FROM raw_events AS e JOIN ranks AS r USING (rank)
+LEFT JOIN (SELECT rank, min(ts_prefix) AS prefix FROM _ts_prefixes GROUP BY rank) AS x USING (rank)
+WHERE (e.ts_json_type = 'DOUBLE' AND abs(e.ts_ns - coalesce(r.base_ns, 0)) >= {EXACT_DOUBLE_LIMIT_NS}
+       AND NOT coalesce(e.ts_ns - coalesce(r.base_ns, 0) > 0 AND
+           (e.ts_ns - coalesce(r.base_ns, 0)) // CAST(10 ** (length(CAST(e.ts_ns - coalesce(r.base_ns, 0) AS VARCHAR))
+                                                       - length(CAST(x.prefix AS VARCHAR))) AS BIGINT)
+           IN (x.prefix, x.prefix + 1), false))
+   OR abs(e.dur_ns) >= {EXACT_DOUBLE_LIMIT_NS}
+"""
+
+
+def _exact_ns(match: re.Match) -> bytes:
+    key, colon, number = match.group(1), match.group(2), match.group(3)
+    ns = (Decimal(number.decode()) * 1000).to_integral_value(ROUND_HALF_UP)
+    exact_key = EXACT_KEYS[key.decode()].encode()
+    return b'"' + key + b'"' + colon + number + b', "' + exact_key + b'": ' + str(ns).encode()
+
+
+def add_exact_times(part: Path) -> None:
+    """Rewrite a part file so that every fractional ts/dur is followed by its exact ns."""
+    part.write_bytes(_FRACTIONAL_TIME.sub(_exact_ns, part.read_bytes()))
 
 
 def base_time_ns(metadata: dict) -> int:

@@ -25,6 +25,16 @@ EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 EVENT_GAP = re.compile(rb'\}\s*,\s*(?=\{\s*")')
 TAIL_CANDIDATES = 64
 HOLD_BACK_BYTES = 8 << 20  # the array's end and the metadata after it must fit here
+# Epoch-microsecond timestamps with ns digits (1712195495519689.047) are too long for the
+# double DuckDB's JSON reader parses them into. When the first event has one, every
+# `"ts": <P><digits>` (P: the leading digits, the same in the whole trace, or P+1 after a
+# rollover) is written as `"__ta_tsp": <P - d>, "ts": <d><digits>` (d: one digit, see
+# _PartWriter.use_ts_prefix): the short number keeps its ns
+# exactly, and kineto.py puts P back (see kineto.TS_PREFIX_KEY). A C-speed bytes.replace,
+# no per-event Python; a ts this misses stays long and is caught by kineto's exactness check.
+TS_PREFIX_KEY = b"__ta_tsp"
+LONG_FRACTIONAL_TS = re.compile(rb'"ts": (\d{13,})\.\d')
+TS_KEPT_DIGITS = 10  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
 
 
 @dataclass
@@ -48,6 +58,26 @@ class _PartWriter:
         self.fh = None
         self.size = 0
         self.events_bytes = 0
+        self.ts_subs: list[tuple[bytes, bytes]] = []  # (original, rewritten) byte patterns
+
+    def use_ts_prefix(self, prefix: int) -> None:
+        """Rewrite `"ts": <prefix>...` and `"ts": <prefix + 1>...` (before the first write).
+
+        `"ts": <Q><rest>` becomes `"__ta_tsp": <Q - d>, "ts": <d><rest>`, d a digit that no
+        `"ts": <Q>` starts with (so the second pass cannot match what the first one wrote):
+        the time is then ts + (Q - d) x 10^(digits of ts before the point - 1).
+        """
+        self.stem += f".tsp{prefix}"  # kineto.py reads the prefix back from the part name
+        firsts = {str(prefix)[0], str(prefix + 1)[0]}
+        d = next(x for x in (9, 7, 5) if str(x) not in firsts)
+        self.ts_subs = [(b'"ts": %d' % q, b'"%s": %d, "ts": %d' % (TS_PREFIX_KEY, q - d, d))
+                        for q in (prefix, prefix + 1)]
+
+    def restore(self, data: bytes) -> bytes:
+        """The original text of rewritten `data`."""
+        for original, rewritten in self.ts_subs:
+            data = data.replace(rewritten, original)
+        return data
 
     def _open(self) -> None:
         path = self.out_dir / f"{self.stem}.part{len(self.parts):04d}.json"
@@ -70,9 +100,11 @@ class _PartWriter:
         self._emit(data)
 
     def _emit(self, data: bytes) -> None:
+        self.events_bytes += len(data)
+        for original, rewritten in self.ts_subs:
+            data = data.replace(original, rewritten)
         self.fh.write(data)
         self.size += len(data)
-        self.events_bytes += len(data)
 
     def close(self) -> None:
         if self.fh is not None:
@@ -83,17 +115,20 @@ class _PartWriter:
 
 def _find_events_start(buf: bytes) -> int | None:
     """Offset just after the `[` that opens the events, or None if not seen yet."""
-    stripped = buf.lstrip()
+    stripped = buf.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip()  # (a UTF-8 BOM is allowed)
     if stripped.startswith(b"["):  # Chrome "JSON Array Format": the file is the array
         return len(buf) - len(stripped) + 1
-    m = EVENTS_KEY.search(buf)
-    return m.end() if m else None
+    matches = list(EVENTS_KEY.finditer(buf))
+    for m in matches:  # the top-level key, not a "traceEvents" nested in some metadata object
+        if _parse_metadata(buf[:m.end()], b"}") is not None:
+            return m.end()
+    return matches[0].end() if matches else None
 
 
 def _parse_metadata(head: bytes, tail: bytes) -> dict | None:
     """The top-level object with `traceEvents` emptied, or None if head+tail is not JSON."""
-    try:
-        obj = json.loads(head + b"]" + tail)
+    try:  # metadata with invalid UTF-8 (a host name...) is still metadata
+        obj = json.loads((head + b"]" + tail).decode("utf-8-sig", errors="replace"))
     except (ValueError, RecursionError):
         return None
     if isinstance(obj, list):
@@ -109,7 +144,8 @@ def _find_events_end(pending: bytes, head: bytes) -> tuple[int, dict] | None:
         if pos < 0:
             return None
         before = pending[:pos].rstrip()
-        if before.endswith(b"}") or (not before and head.rstrip().endswith(b"[")):
+        # the last event is usually an object, but any JSON value may end the array
+        if (before and not before.endswith(b",")) or (not before and head.rstrip().endswith(b"[")):
             meta = _parse_metadata(head, pending[pos + 1:])
             if meta is not None:
                 return pos, meta
@@ -128,7 +164,7 @@ def _complete_events_prefix(text: bytes) -> int:
             break
         try:
             _, i = decoder.raw_decode(s, i)
-        except ValueError:
+        except (ValueError, RecursionError):  # cut inside this event (or nested beyond Python's limit)
             break
         good = i
     return len(s[:good].encode("utf-8", errors="surrogateescape"))
@@ -139,11 +175,13 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
     writer = _PartWriter(out_dir, path.name.replace(".", "_"), target_bytes)
     head = b""
     start = None
-    pending = b""  # held back: the array's end is searched here at EOF
+    pending = bytearray()  # held back: the array's end is searched here at EOF (appended and
+    # trimmed in place: bytes would be copied whole at each block)
     consumed = 0  # uncompressed bytes before `pending`
     cut = False
+    read_notes: list[tuple[str, str]] = []
     try:
-        for block in iter_blocks(path):
+        for block in iter_blocks(path, notes=read_notes):
             if start is None:
                 head += block
                 start = _find_events_start(head)
@@ -154,17 +192,26 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
                     continue
                 block, head = head[start:], head[:start]
                 consumed = len(head)
+                first_ts = LONG_FRACTIONAL_TS.search(block, 0, 1 << 20)
+                if first_ts is not None:
+                    writer.use_ts_prefix(int(first_ts.group(1)[:-TS_KEPT_DIGITS]))
             pending += block
             if len(pending) > HOLD_BACK_BYTES:
                 out = len(pending) - HOLD_BACK_BYTES
+                if writer.ts_subs:  # never cut inside a `"ts": <prefix>` being rewritten
+                    out = max(pending.rfind(b"\n", 0, out), pending.rfind(b",", 0, out)) + 1 or out
                 writer.write(pending[:out])
                 consumed += out
-                pending = pending[out:]
+                del pending[:out]
     except StreamCut:
         cut = True
     if start is None:
         writer.close()
+        if cut:
+            raise TraceFormatError("the gzip stream is cut short before the traceEvents array "
+                                   f"({len(head):,} bytes readable): nothing to load", str(path))
         raise TraceFormatError(_describe_non_trace(head), str(path))
+    pending = bytes(pending)
     end = None if cut else _find_events_end(pending, head)
     if end is not None:
         pos, meta = end
@@ -177,6 +224,7 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
         writer._open()
         writer.close()
         result.parts = writer.parts
+    result.notes[:0] = read_notes
     return result
 
 
@@ -186,7 +234,7 @@ def _recover_truncated(writer: _PartWriter, pending: bytes, head: bytes, consume
     last = writer.parts[-1] if writer.parts else None
     carried = b""
     if last is not None:
-        carried = last.read_bytes()[1:-1]
+        carried = writer.restore(last.read_bytes()[1:-1])
         writer.parts.pop()
         writer.events_bytes -= len(carried)
         last.unlink()
@@ -206,6 +254,8 @@ def _recover_truncated(writer: _PartWriter, pending: bytes, head: bytes, consume
 def _describe_non_trace(head: bytes) -> str:
     if not head.strip():
         return "the file is empty"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "the file is UTF-16 text; torch.profiler traces are UTF-8 JSON"
     try:
         value = json.loads(head)
     except (ValueError, RecursionError):

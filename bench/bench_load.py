@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Loader benchmark: traceanalyze's loader vs HolisticTraceAnalysis 0.5.0's parser.
+
+Builds large traces by replicating a real Kineto trace (a V100 run, fractional-ns
+timestamps) in Kineto's own text layout, then times each tool end to end, each run in a
+fresh subprocess, and prints a Markdown table (also written to bench/RESULTS.md).
+
+    python bench/bench_load.py                       # 100MB, 500MB, 500MB.gz, 2GB; 3 runs each
+    python bench/bench_load.py --sizes 100MB --repeat 1
+    python bench/bench_load.py --tools traceanalyze  # skip HTA
+    python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python
+
+Replication: replica r shifts every `ts` by r x (trace span + 1 ms) so steps do not
+overlap, renames ProfilerStep#N so step numbers stay unique, and offsets External id,
+correlation, flow ids and Sequence numbers so the links stay one-to-one. Only those
+numbers change; the text layout (indentation, key order, number format) is Kineto's.
+
+Measured per run (a fresh process, page cache warm):
+- seconds: wall time of the whole process (interpreter start, imports, parse, write);
+- MB/s: uncompressed JSON bytes / seconds;
+- peak RSS: ru_maxrss of the child from wait4 (largest process of its tree; DuckDB's
+  and pandas' memory included).
+traceanalyze runs `traceanalyze load DIR --db FILE --force` (cold), then the same
+command without --force on the unchanged files (reuse of the stored database).
+HTA runs `TraceAnalysis(trace_files={0: path}, trace_dir=dir)`, which is how a user
+loads a trace (Trace + parse_traces + align_and_filter_trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SOURCE = Path("/work/shared/traces/hta-ns-resolution-trace/"
+                      "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+DEFAULT_SCRATCH = Path("/tmp/traceanalyze-bench")
+SIZES = {"100MB": 100_000_000, "500MB": 500_000_000, "2GB": 2_000_000_000}
+GZ_OF = "500MB"  # the size that also gets a gzipped copy
+TRACE_NAME = "rank-0.bench.pt.trace.json"
+
+# numbers rewritten per replica
+TS_RE = re.compile(rb'("ts": )(\d+)(?=[.,\s}])')
+STEP_RE = re.compile(rb'("ProfilerStep#)(\d+)(")')
+ID_RE = re.compile(rb'("(?:External id|correlation|Sequence number|id)": )(\d+)')
+
+
+# ----------------------------------------------------------------------------- traces
+
+def _split_source(text: bytes) -> tuple[bytes, bytes, bytes]:
+    """head (through `"traceEvents": [`), events body, tail (from the array's `]`)."""
+    m = re.search(rb'"traceEvents"\s*:\s*\[', text)
+    if not m:
+        raise SystemExit("source trace has no traceEvents array")
+    end = text.rfind(b"]", 0, text.rfind(b'"traceName"') if b'"traceName"' in text else len(text))
+    # walk back to the `]` that closes the events: the one after the last event's `}`
+    while not text[:end].rstrip().endswith(b"}"):
+        end = text.rfind(b"]", 0, end)
+    body = text[m.end():end].strip()
+    head, tail = text[:m.end()] + b"\n  ", b"\n  " + text[end:].lstrip()
+    json.loads(head + tail)  # the layout is what we think it is
+    return head, body, tail
+
+
+class _Template:
+    """The events body cut around the numbers a replica rewrites, for fast re-joining."""
+
+    def __init__(self, body: bytes) -> None:
+        subs = []  # (start, end, kind, value)
+        for kind, rx, grp in (("ts", TS_RE, 2), ("step", STEP_RE, 2), ("id", ID_RE, 2)):
+            subs.extend((m.start(grp), m.end(grp), kind, int(m.group(grp))) for m in rx.finditer(body))
+        subs.sort()
+        self.literals, self.kinds, self.values = [], [], []
+        pos = 0
+        for start, end, kind, value in subs:
+            self.literals.append(body[pos:start])
+            self.kinds.append(kind)
+            self.values.append(value)
+            pos = end
+        self.literals.append(body[pos:])
+        ts = [v for k, v in zip(self.kinds, self.values) if k == "ts"]
+        durs = [float(x) for x in re.findall(rb'"dur": (\d+(?:\.\d+)?)', body)]
+        self.span_us = max(ts) - min(ts) + int(max(durs or [0])) + 1000
+        steps = [v for k, v in zip(self.kinds, self.values) if k == "step"]
+        self.step_stride = (max(steps) - min(steps) + 1) if steps else 1
+        ids = [v for k, v in zip(self.kinds, self.values) if k == "id"]
+        self.id_stride = 10 ** len(str(max(ids or [1])))
+        self.body_bytes = len(body)
+
+    def replica(self, r: int) -> bytes:
+        shift = {"ts": r * self.span_us, "step": r * self.step_stride, "id": r * self.id_stride}
+        lits, out = self.literals, []
+        append = out.append
+        for i, (kind, value) in enumerate(zip(self.kinds, self.values)):
+            append(lits[i])
+            append(str(value + shift[kind]).encode())
+        append(lits[-1])
+        return b"".join(out)
+
+
+def build_trace(source: Path, target_bytes: int, out: Path) -> int:
+    """Write a trace of about `target_bytes` (uncompressed); returns its exact size."""
+    with gzip.open(source, "rb") as fh:
+        text = fh.read()
+    head, body, tail = _split_source(text)
+    tpl = _Template(body)
+    n = max(1, round((target_bytes - len(head) - len(tail)) / (len(body) + 2)))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(head)
+        for r in range(n):
+            if r:
+                fh.write(b",\n  ")
+            fh.write(tpl.replica(r))
+        fh.write(tail)
+    os.replace(tmp, out)
+    return out.stat().st_size
+
+
+def ensure_traces(source: Path, scratch: Path, sizes: list[str], log) -> dict[str, dict]:
+    """{label: {dir, file, json_bytes}}; built once, reused while the recipe is unchanged."""
+    cases = {}
+    stamp = f"{source}:{source.stat().st_size}:{source.stat().st_mtime_ns}:v2"
+    for label in sizes:
+        gz = label.endswith(".gz")
+        base = label[:-3] if gz else label
+        plain_dir = scratch / base
+        plain = plain_dir / TRACE_NAME
+        recipe = plain_dir / ".recipe"
+        if not (plain.exists() and recipe.exists() and recipe.read_text() == stamp):
+            log(f"building {plain} ...")
+            t0 = time.perf_counter()
+            shutil.rmtree(plain_dir, ignore_errors=True)
+            build_trace(source, SIZES[base], plain)
+            recipe.write_text(stamp)
+            log(f"  {plain.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s")
+        json_bytes = plain.stat().st_size
+        if not gz:
+            cases[label] = {"dir": plain_dir, "file": plain, "json_bytes": json_bytes}
+            continue
+        gz_dir = scratch / label
+        gz_file = gz_dir / (TRACE_NAME + ".gz")
+        gz_recipe = gz_dir / ".recipe"
+        if not (gz_file.exists() and gz_recipe.exists() and gz_recipe.read_text() == stamp):
+            log(f"compressing {gz_file} ...")
+            shutil.rmtree(gz_dir, ignore_errors=True)
+            gz_dir.mkdir(parents=True)
+            subprocess.run(f"gzip -c -6 {plain} > {gz_file}.tmp", shell=True, check=True)
+            os.replace(f"{gz_file}.tmp", gz_file)
+            gz_recipe.write_text(stamp)
+        cases[label] = {"dir": gz_dir, "file": gz_file, "json_bytes": json_bytes}
+    return cases
+
+
+# ----------------------------------------------------------------------------- running
+
+def run_measured(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+    """Run `cmd` in a fresh process group; wall seconds, peak RSS (wait4), rc, timeout flag."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env)
+    timed_out = threading.Event()
+
+    def kill():
+        timed_out.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    output = proc.stdout.read()  # until the child closes it
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"seconds": wall, "rss_bytes": usage.ru_maxrss * 1024, "rc": proc.returncode,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "timed_out": timed_out.is_set(), "output": output.decode(errors="replace")[-2000:]}
+
+
+HTA_SNIPPET = r"""
+import logging, os, sys, time
+logging.disable(logging.WARNING)
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+path = sys.argv[1]
+analyzer = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path))
+df = analyzer.t.get_trace(0)
+t2 = time.perf_counter()
+print(f"BENCH events={len(df)} import_s={t1 - t0:.2f} parse_s={t2 - t1:.2f}")
+"""
+
+
+def traceanalyze_cmd(case: dict, db: Path, force: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "traceanalyze", "load", str(case["dir"]), "--db", str(db), "-q"]
+    return cmd + (["--force"] if force else [])
+
+
+def measure(label: str, case: dict, tool: str, args, log) -> dict:
+    runs, notes = [], []
+    db = args.scratch / "db" / f"{label}.duckdb"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(args.repeat):
+        if tool == "traceanalyze":
+            cmd = traceanalyze_cmd(case, db, force=True)
+        elif tool == "traceanalyze (re-run)":
+            cmd = traceanalyze_cmd(case, db, force=False)
+        else:
+            cmd = [args.hta_python, "-c", HTA_SNIPPET, str(case["file"])]
+        res = run_measured(cmd, args.timeout)
+        state = "timeout" if res["timed_out"] else ("ok" if res["rc"] == 0 else f"rc={res['rc']}")
+        extra = " ".join(line for line in res["output"].splitlines() if line.startswith("BENCH"))
+        log(f"  {label:9} {tool:22} run {i + 1}: {res['seconds']:7.2f} s  cpu {res['cpu_seconds']:7.2f} s  "
+            f"{res['rss_bytes'] / 1e6:7.0f} MB  {state} {extra}")
+        if state != "ok":
+            notes.append(state if res["timed_out"] else f"{state}: {res['output'][-300:]}")
+            if res["timed_out"]:
+                break
+            continue
+        runs.append(res)
+    if not runs:
+        return {"size": label, "tool": tool, "ok": False, "note": notes[0] if notes else "failed",
+                "json_bytes": case["json_bytes"]}
+    secs = statistics.median(r["seconds"] for r in runs)
+    rss = statistics.median(r["rss_bytes"] for r in runs)
+    cpu = statistics.median(r["cpu_seconds"] for r in runs)
+    return {"size": label, "tool": tool, "ok": True, "seconds": secs, "rss_bytes": rss, "cpu_seconds": cpu,
+            "json_bytes": case["json_bytes"], "runs": len(runs),
+            "mb_per_s": case["json_bytes"] / 1e6 / secs, "note": "; ".join(notes)}
+
+
+# ----------------------------------------------------------------------------- report
+
+def _versions(args) -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        import duckdb
+        out["duckdb"] = duckdb.__version__
+    except ImportError:
+        pass
+    try:
+        from traceanalyze import __version__
+        out["traceanalyze"] = __version__
+    except ImportError:
+        pass
+    if "hta" in args.tools:
+        r = subprocess.run([args.hta_python, "-c",
+                            "import importlib.metadata as m, pandas; "
+                            "print(m.version('HolisticTraceAnalysis'), pandas.__version__)"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            hta, pandas = r.stdout.split()
+            out["HolisticTraceAnalysis"], out["pandas"] = hta, pandas
+    return out
+
+
+def machine() -> str:
+    mem = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB RAM"
+    except OSError:
+        pass
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = ", " + line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores (nproc){cpu}, {mem}, {platform.system()} {platform.release()}"
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size | vs HTA (MB/s) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    hta = {r["size"]: r for r in results if r["tool"] == "hta" and r.get("ok")}
+    for r in results:
+        size = f"{r['size']} ({r['json_bytes'] / 1e6:,.0f} MB)"
+        if not r.get("ok"):
+            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} |")
+            continue
+        ratio = ""
+        if r["tool"] == "traceanalyze" and r["size"] in hta:
+            ratio = f"{r['mb_per_s'] / hta[r['size']]['mb_per_s']:.1f}x"
+        elif r["tool"] == "traceanalyze" and any(x["size"] == r["size"] and x["tool"] == "hta"
+                                                 for x in results):
+            ratio = "HTA failed"
+        mbps = f"{r['mb_per_s']:,.0f}" if r["tool"] != "traceanalyze (re-run)" else "—"
+        rows.append(f"| {size} | {r['tool']} | {r['seconds']:.2f} | {mbps} | {r.get('cpu_seconds', 0):.1f} | "
+                    f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {ratio} |")
+    return "\n".join(rows)
+
+
+def write_results(path: Path, results: list[dict], args, versions: dict) -> None:
+    date = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    vers = ", ".join(f"{k} {v}" for k, v in versions.items())
+    text = f"""# Loader benchmark
+
+`python bench/bench_load.py {' '.join(args.argv)}` — {date}
+
+- machine: {machine()}
+- versions: {vers}
+- traces: {args.source.name} (a real V100 Kineto trace, {args.source_json_mb:.1f} MB of JSON)
+  replicated in Kineto's text layout (ts shifted per replica, ProfilerStep#N renamed,
+  ids offset); `.gz` is `gzip -6` of the 500 MB one (MB/s counts uncompressed bytes).
+- each number is the median of the runs (up to {args.repeat}), each in a fresh process (page
+  cache warm); seconds are the whole process's wall time, CPU s its user + system time (less
+  sensitive to other load on a shared machine); peak RSS is the child's ru_maxrss (wait4).
+- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: split, DuckDB parse
+  into `raw_events`, all derived tables, alignment, written to the DuckDB file.
+  "re-run" is the same command without `--force` on the unchanged files (database reused).
+- hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),
+  timeout {args.timeout:.0f} s.
+
+{table(results)}
+"""
+    path.write_text(text)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100MB,500MB,500MB.gz,2GB",
+                    help="comma-separated: 100MB, 500MB, 2GB, and NAME.gz for a gzipped copy")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    ap.add_argument("--tools", default="traceanalyze,hta", help="traceanalyze, hta")
+    ap.add_argument("--scratch", type=Path, default=DEFAULT_SCRATCH)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),
+                    help="python with HolisticTraceAnalysis==0.5.0 installed")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds before a run is killed")
+    ap.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md",
+                    help="Markdown file to write ('-' for none)")
+    ap.add_argument("--build-only", action="store_true", help="only build the traces")
+    ap.add_argument("--fresh", action="store_true", help="forget measurements stored by earlier runs")
+    args = ap.parse_args(argv)
+    args.argv = argv if argv is not None else sys.argv[1:]
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    for s in sizes:
+        if s.removesuffix(".gz") not in SIZES:
+            ap.error(f"unknown size {s!r}; choose from {', '.join(SIZES)} (+ .gz)")
+    args.tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    with gzip.open(args.source, "rb") as fh:
+        args.source_json_mb = len(fh.read()) / 1e6
+    cases = ensure_traces(args.source, args.scratch, sizes, log)
+    if args.fresh:
+        (args.scratch / "results.json").unlink(missing_ok=True)
+    if args.build_only:
+        return 0
+    store = args.scratch / "results.json"  # every measurement, so tools can be run separately
+    saved = json.loads(store.read_text()) if store.exists() else {}
+    for label in sizes:
+        case = cases[label]
+        tools = (["traceanalyze", "traceanalyze (re-run)"] if "traceanalyze" in args.tools else []) \
+            + (["hta"] if "hta" in args.tools else [])
+        for tool in tools:
+            res = measure(label, case, tool, args, log)
+            saved[f"{label}|{tool}"] = res
+            store.write_text(json.dumps(saved, indent=1))
+    order = ["traceanalyze", "traceanalyze (re-run)", "hta"]
+    results = [saved[f"{label}|{tool}"] for label in sizes for tool in order if f"{label}|{tool}" in saved]
+    md = table(results)
+    print(md)
+    if str(args.results) != "-":
+        write_results(args.results, results, args, _versions(args))
+        log(f"wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+-- One row per rank that reaches its step's collectives late (step-relative time) on most aligned steps.
+WITH job AS (
+    SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
+),
+ranked AS (
+    SELECT l.*, a.median_dur_ns,
+           row_number() OVER (PARTITION BY l.step ORDER BY l.late_ns DESC, l.rank) AS place
+    FROM step_lateness AS l JOIN aligned_steps AS a USING (step)
+),
+flagged AS (   -- the latest rank of a step, when it is late enough; the cause is what it did extra first
+    SELECT *,
+        CASE
+            WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
+                 AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
+            WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
+                 AND compute_excess_ns >= host_excess_ns THEN 'compute'
+            WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * late_ns THEN 'host'
+            ELSE 'unknown'
+        END AS step_cause
+    FROM ranked
+    WHERE place = 1 AND late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
+),
+waits AS (     -- the other ranks' wait for the late rank, inside the same collective
+    SELECT f.rank, f.step, median(a.wait_for_last_ns) AS others_wait_ns,
+           string_agg(DISTINCT a.rank::VARCHAR, ',' ORDER BY a.rank::VARCHAR) AS others
+    FROM flagged AS f
+    JOIN collective_arrivals AS a ON a.step = f.step AND a.process_group = f.process_group
+        AND a.op = f.op AND a.op_index = f.op_index AND a.rank <> f.rank
+    GROUP BY f.rank, f.step
+),
+per_rank AS (
+    SELECT f.rank, count(*) AS late_steps, list(f.step ORDER BY f.step) AS steps,
+           sum(f.late_ns) AS late_sum_ns, median(f.late_ns) AS late_median_ns,
+           mode(f.step_cause) AS cause, mode(f.op) AS op,
+           median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
+           median(f.host_excess_ns) AS host_excess_ns,
+           median(w.others_wait_ns) AS others_wait_ns, any_value(w.others) AS others
+    FROM flagged AS f LEFT JOIN waits AS w USING (rank, step)
+    GROUP BY f.rank
+)
+SELECT
+    [p.rank] AS ranks,
+    p.steps,
+    p.late_sum_ns / j.n_steps / 1e6 AS ms_per_step,
+    100.0 * p.late_sum_ns / j.n_steps / j.step_ns AS pct_of_step,
+    CASE WHEN 100.0 * p.late_sum_ns / j.n_steps / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    p.rank,
+    p.cause,
+    p.op,
+    p.late_median_ns / 1e6 AS late_ms,
+    p.others,
+    p.others_wait_ns / 1e6 AS others_wait_ms,
+    p.input_excess_ns / 1e6 AS input_excess_ms,
+    p.compute_excess_ns / 1e6 AS compute_excess_ms,
+    p.host_excess_ns / 1e6 AS host_excess_ms,
+    p.late_steps AS late_steps_count,
+    j.n_steps AS aligned_steps_count,
+    j.step_ns / 1e6 AS median_step_ms
+FROM per_rank AS p CROSS JOIN job AS j
+WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
+ORDER BY ms_per_step DESC;

@@ -1,0 +1,48 @@
+-- One row when communication volume (not waiting for a late rank, not many tiny collectives) fills most of the step on every rank.
+WITH waits AS (   -- per (rank, step): time spent waiting for the last rank to arrive at a collective
+    SELECT rank, step, max(wait_for_last_ns) AS wait_ns FROM collective_arrivals GROUP BY rank, step
+),
+per_step AS (
+    SELECT p.rank, p.step, p.dur_ns,
+           greatest(p.comm_exposed_ns - coalesce(w.wait_ns, 0),
+                    coalesce(g.comm_ns - g.comm_overlapped_ns, 0), 0) AS comm_ns
+    FROM step_phases AS p
+    JOIN aligned_steps USING (step)
+    LEFT JOIN waits AS w USING (rank, step)
+    LEFT JOIN step_gpu AS g USING (rank, step)
+),
+per_rank AS (
+    SELECT rank, avg(comm_ns) AS comm_ns, avg(dur_ns) AS step_ns, 100.0 * sum(comm_ns) / sum(dur_ns) AS comm_pct,
+           list(step ORDER BY step) AS steps
+    FROM per_step GROUP BY rank
+),
+biggest AS (      -- what is being moved: the largest collective, the mean size, collectives per step
+    SELECT arg_max(op, coalesce(bytes, -1)) AS op, max(bytes) AS bytes, avg(bytes) AS mean_bytes,
+           count(*) / count(DISTINCT rank || '-' || step) AS per_step
+    FROM collectives WHERE step IN (SELECT step FROM aligned_steps)
+),
+job AS (
+    SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, min(comm_pct) AS min_comm_pct,
+           max(comm_pct) AS max_comm_pct, arg_min(rank, comm_pct) AS least_rank,
+           median(comm_ns) AS comm_ns, median(step_ns) AS step_ns, count(*) AS n_ranks
+    FROM per_rank
+)
+SELECT
+    j.ranks,
+    j.steps,
+    j.comm_ns / 1e6 AS ms_per_step,
+    100.0 * j.comm_ns / j.step_ns AS pct_of_step,
+    CASE WHEN j.min_comm_pct >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    j.min_comm_pct AS comm_pct_least_rank,
+    j.max_comm_pct AS comm_pct_most_rank,
+    j.least_rank,
+    j.n_ranks AS ranks_count,
+    j.step_ns / 1e6 AS median_step_ms,
+    b.op AS largest_op,
+    b.bytes AS largest_collective_bytes,
+    round(b.bytes / 1048576.0, 1) AS largest_collective_mib,
+    b.mean_bytes::BIGINT AS mean_collective_bytes,
+    b.per_step AS collectives_per_step_count
+FROM job AS j CROSS JOIN biggest AS b
+WHERE j.min_comm_pct >= $min_comm_pct
+  AND (b.mean_bytes IS NULL OR b.mean_bytes >= $min_mean_collective_bytes);

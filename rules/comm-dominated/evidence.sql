@@ -1,0 +1,6 @@
+-- The collectives of the reported steps, largest and longest first: what is being communicated.
+SELECT rank, step, op, process_group, bytes, round(dur_ns / 1e6, 3) AS dur_ms, source, name
+FROM collectives
+WHERE list_contains($ranks, rank) AND list_contains($steps, step)
+ORDER BY bytes DESC NULLS LAST, dur_ns DESC
+LIMIT 20;

@@ -1,0 +1,26 @@
+-- One row when the typical (median) rank spends a large share of its steps waiting for the next batch.
+WITH per_rank AS (
+    SELECT rank, sum(data_wait_ns) AS data_ns, sum(dur_ns) AS dur_ns, count(*) AS n_steps,
+           100.0 * sum(data_wait_ns) / sum(dur_ns) AS data_pct, list(step ORDER BY step) AS steps
+    FROM step_phases JOIN aligned_steps USING (step)
+    GROUP BY rank
+),
+job AS (
+    SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, median(data_pct) AS median_pct,
+           max(data_pct) AS worst_pct, arg_max(rank, data_pct) AS worst_rank,
+           median(data_ns / n_steps) AS data_ns_per_step, median(dur_ns / n_steps) AS step_ns
+    FROM per_rank
+)
+SELECT
+    ranks,
+    steps,
+    data_ns_per_step / 1e6 AS ms_per_step,
+    median_pct AS pct_of_step,
+    CASE WHEN median_pct >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    data_ns_per_step / 1e6 AS data_wait_ms,
+    median_pct AS data_wait_pct,
+    worst_rank,
+    worst_pct AS worst_rank_data_wait_pct,
+    step_ns / 1e6 AS median_step_ms
+FROM job
+WHERE median_pct >= $min_data_wait_pct;

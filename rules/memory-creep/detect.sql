@@ -1,0 +1,40 @@
+-- One row per device kind on which allocated memory grows step over step on some ranks.
+WITH end_of_step AS (   -- allocated bytes after the last allocator event of each step
+    SELECT m.rank, m.step, m.device_kind, arg_max(m.total_allocated_bytes, m.ts_ns) AS allocated_bytes
+    FROM memory AS m JOIN aligned_steps USING (step)
+    WHERE m.total_allocated_bytes IS NOT NULL
+    GROUP BY m.rank, m.step, m.device_kind
+),
+deltas AS (
+    SELECT *, allocated_bytes - lag(allocated_bytes) OVER (PARTITION BY rank, device_kind ORDER BY step) AS delta_bytes
+    FROM end_of_step
+),
+per_rank AS (
+    SELECT rank, device_kind, count(*) AS n_steps, list(step ORDER BY step) AS steps,
+           regr_slope(allocated_bytes, step) AS slope_bytes,
+           arg_min(allocated_bytes, step) AS first_bytes, arg_max(allocated_bytes, step) AS last_bytes,
+           100.0 * count(*) FILTER (WHERE delta_bytes > 0) / nullif(count(delta_bytes), 0) AS increasing_pct
+    FROM deltas GROUP BY rank, device_kind
+),
+creeping AS (
+    SELECT * FROM per_rank
+    WHERE n_steps >= $min_steps_count AND slope_bytes >= $min_growth_per_step_bytes
+      AND increasing_pct >= $min_increasing_steps_pct
+)
+SELECT
+    list(rank ORDER BY rank) AS ranks,
+    any_value(steps) AS steps,
+    NULL::DOUBLE AS ms_per_step,
+    NULL::DOUBLE AS pct_of_step,
+    device_kind,
+    array_to_string(list(rank ORDER BY rank), ', ') AS ranks_text,
+    median(slope_bytes)::BIGINT AS growth_per_step_bytes,
+    round(median(slope_bytes) / 1048576.0, 1) AS growth_per_step_mib,
+    max(last_bytes - first_bytes) AS growth_bytes,
+    round(max(last_bytes - first_bytes) / 1048576.0, 1) AS growth_mib,
+    max(last_bytes) AS last_allocated_bytes,
+    min(increasing_pct) AS increasing_steps_pct,
+    any_value(n_steps) AS steps_count
+FROM creeping
+GROUP BY device_kind
+ORDER BY device_kind;

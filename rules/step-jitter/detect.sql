@@ -1,0 +1,29 @@
+-- One row when some steps take much longer than the median step (the job's step = its slowest rank).
+WITH job_steps AS (
+    SELECT step, max_dur_ns AS dur_ns, row_number() OVER (ORDER BY step) AS n FROM aligned_steps
+),
+kept AS (SELECT * FROM job_steps WHERE n > $skip_first_steps_count),
+stats AS (
+    SELECT count(*) AS n_steps, median(dur_ns) AS median_ns, max(dur_ns) AS max_ns, arg_max(step, dur_ns) AS worst_step,
+           stddev_samp(dur_ns) AS std_ns
+    FROM kept
+),
+slow AS (
+    SELECT list(k.step ORDER BY k.step) AS steps, sum(k.dur_ns - s.median_ns) AS extra_ns, count(*) AS n_slow
+    FROM kept AS k CROSS JOIN stats AS s
+    WHERE k.dur_ns >= $min_slow_ratio * s.median_ns
+)
+SELECT
+    (SELECT list(rank ORDER BY rank) FROM ranks) AS ranks,
+    sl.steps,
+    sl.extra_ns / st.n_steps / 1e6 AS ms_per_step,
+    100.0 * sl.extra_ns / st.n_steps / st.median_ns AS pct_of_step,
+    st.median_ns / 1e6 AS median_step_ms,
+    st.max_ns / 1e6 AS max_step_ms,
+    st.max_ns / st.median_ns AS max_over_median_ratio,
+    st.worst_step,
+    100.0 * st.std_ns / st.median_ns AS cv_pct,
+    sl.n_slow AS slow_steps_count,
+    st.n_steps AS steps_count
+FROM stats AS st CROSS JOIN slow AS sl
+WHERE st.n_steps >= $min_steps_count AND sl.n_slow > 0;

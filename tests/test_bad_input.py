@@ -1,0 +1,614 @@
+"""Issue 6: hostile and broken inputs, generated here from real traces.
+
+Every case ends one of two ways: exit 2 with one line `error: <file>: <problem>` (no
+traceback), or a database whose load_issues record what was wrong, while the rest of the
+analysis equals what the intact input gives. Expected numbers come from the JSON (tracejson).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import tracejson as tj
+from conftest import SHARED_TRACES
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load import load_trace_dir
+from traceanalyze.load import source as source_module
+
+# ---------------------------------------------------------------- helpers
+
+
+def load(folder: Path) -> Path:
+    """In-process load (the CLI is exercised where stderr matters); returns the database."""
+    db = folder.parent / f"{folder.name}.duckdb"
+    load_trace_dir(folder, db, reuse=False)
+    return db
+
+
+def q(db: Path, sql: str, *params):
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql, list(params)).fetchall()
+
+
+def issues(db: Path) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for rank, file, kind, severity, message, count in q(db, "SELECT * FROM load_issues"):
+        out.setdefault(kind, []).append((rank, file, severity, message, count))
+    return out
+
+
+def one_line_error(proc, path: Path, *words: str) -> str:
+    """Exit 2, one line on stderr naming exactly `path`, with the key words; no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {path}: "), (lines[0], str(path))
+    for w in words:
+        assert w.lower() in lines[0].lower(), (w, lines[0])
+    return lines[0]
+
+
+def raises_naming(folder: Path, path: Path, *words: str) -> str:
+    with pytest.raises(TraceanalyzeError) as info:
+        load(folder)
+    message = info.value.format_message()
+    assert message.startswith(f"{path}: "), (message, path)
+    for w in words:
+        assert w.lower() in message.lower(), (w, message)
+    return message
+
+
+def put(folder: Path, name: str, data: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    return path
+
+
+def copy_world(run: dict[int, Path], folder: Path, ranks=None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for r, p in run.items():
+        if ranks is None or r in ranks:
+            shutil.copy2(p, folder / p.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def run0(recorded_runs):
+    return recorded_runs[0]
+
+
+@pytest.fixture(scope="session")
+def rank0_text(run0) -> bytes:
+    """The uncompressed JSON text of rank 0 of a recorded run."""
+    return tj.read_bytes(run0[0])
+
+
+@pytest.fixture(scope="session")
+def rank0_events(rank0_text):
+    obj = tj.load_json(rank0_text)
+    return {k: v for k, v in obj.items() if k != "traceEvents"}, obj["traceEvents"]
+
+
+@pytest.fixture(scope="session")
+def intact(run0, tmp_path_factory) -> Path:
+    """The recorded run loaded as it is: the reference the damaged copies are compared with."""
+    return load(copy_world(run0, tmp_path_factory.mktemp("intact") / "t"))
+
+
+@pytest.fixture(scope="session")
+def intact_rank0(run0, rank0_text, tmp_path_factory) -> Path:
+    return load(put(tmp_path_factory.mktemp("intact0") / "t", "rank0.json", rank0_text).parent)
+
+
+# ---------------------------------------------------------------- truncation
+
+CUTS = 20
+
+
+def cut_points(text: bytes) -> list[int]:
+    start, ends = tj.event_end_offsets(text)
+    span = len(text) - start
+    points = [start + span * k // (CUTS + 1) for k in range(1, CUTS + 1)]
+    points[0] = ends[10]  # exactly after an event
+    points[1] = ends[10] + 1  # just after it: the separating comma
+    points[-1] = len(text) - 5  # inside the metadata after the events
+    return points
+
+
+@pytest.mark.parametrize("k", range(CUTS))
+def test_truncated_plain_file_keeps_every_complete_event(rank0_text, rank0_events, tmp_path, k):
+    cut = cut_points(rank0_text)[k]
+    _, ends = tj.event_end_offsets(rank0_text)
+    expected = sum(1 for end in ends if end <= cut)
+    db = load(put(tmp_path / "t", "rank0.json", rank0_text[:cut]).parent)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(expected,)]
+    # and they are exactly the first `expected` events, times exact
+    top, events = rank0_events
+    base = tj.base_ns(top)
+    want = Counter((e.get("ph"), e.get("name"), tj.to_ns(e.get("ts"), base)) for e in events[:expected])
+    got = Counter({(ph, name, ts): n for ph, name, ts, n in q(
+        db, "SELECT ph, name, ts_ns, count(*) FROM raw_events GROUP BY ALL")})
+    assert got == want
+    (truncated,) = issues(db)["truncated"]
+    assert truncated[2] == "warning" and f"byte {cut:,}" in truncated[3]
+    assert q(db, "SELECT truncated FROM ranks") == [(True,)]
+
+
+@pytest.mark.parametrize("k", range(CUTS))
+def test_truncated_gzip_stream_keeps_every_complete_event(run0, rank0_text, tmp_path, k):
+    """A job killed while writing rank0.json.gz: the compressed stream stops mid-way."""
+    compressed = run0[0].read_bytes()
+    cut = len(compressed) * (k + 1) // (CUTS + 1)
+    readable = len(zlib.decompressobj(31).decompress(compressed[:cut]))  # what stdlib zlib can decode
+    _, ends = tj.event_end_offsets(rank0_text)
+    expected = sum(1 for end in ends if end <= readable)
+    folder = tmp_path / "t"
+    path = put(folder, "rank0.json.gz", compressed[:cut])
+    if expected == 0 and readable < ends[0] - 2000:  # cut inside the header: nothing to load
+        raises_naming(folder, path, "cut short")
+        return
+    db = load(folder)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(expected,)]
+    assert "truncated" in issues(db)
+
+
+def test_truncation_is_reported_on_stderr(cli, run0, rank0_text, tmp_path):
+    folder = tmp_path / "t"
+    copy_world(run0, folder, ranks={1, 2, 3})
+    path = put(folder, run0[0].name, gzip.compress(rank0_text)[: len(run0[0].read_bytes()) // 2])
+    proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
+    assert proc.returncode == 0, proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "ends abruptly" in line]
+    assert warning and warning[0].startswith(f"traceanalyze: warning: {path}: ")
+    assert "Traceback" not in proc.stderr
+    # -q hides progress, not warnings
+    quiet = cli("load", folder, "--db", tmp_path / "y.duckdb", "-q")
+    assert any("ends abruptly" in line for line in quiet.stderr.splitlines())
+
+
+def test_cut_inside_the_header_is_a_clear_error(cli, rank0_text, tmp_path):
+    start, _ = tj.event_end_offsets(rank0_text)
+    folder = tmp_path / "t"
+    path = put(folder, "rank0.json", rank0_text[: start // 2])
+    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), path, "traceEvents")
+
+
+# ---------------------------------------------------------------- corrupt and empty files
+
+@pytest.mark.parametrize("where", [0.001, 0.1, 0.5, 0.9, -8, -1, 3])
+def test_corrupt_gzip_is_a_clear_error(cli, run0, tmp_path, where):
+    data = bytearray(run0[0].read_bytes())
+    i = int(len(data) * where) if isinstance(where, float) else where % len(data)
+    data[i] ^= 0x5A
+    folder = tmp_path / "t"
+    path = put(folder, run0[0].name, bytes(data))
+    proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
+    if where == 3:  # the header's flag byte: may still inflate; then the content decides
+        assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr
+        if proc.returncode == 2:
+            one_line_error(proc, path)
+        return
+    one_line_error(proc, path, "gzip")
+    assert not (tmp_path / "x.duckdb").exists() and not (tmp_path / "x.duckdb.tmp").exists()
+
+
+def test_gzip_with_trailing_garbage_loads_with_a_warning(run0, tmp_path):
+    folder = tmp_path / "t"
+    put(folder, "rank0.json.gz", run0[0].read_bytes() + b"garbage after the stream")
+    db = load(folder)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(len(tj.read_trace(run0[0])[1]),)]
+    assert "gzip-trailing-data" in issues(db)
+
+
+def test_concatenated_gzip_members_are_one_stream(rank0_text, tmp_path):
+    folder = tmp_path / "t"
+    half = len(rank0_text) // 2
+    put(folder, "rank0.json.gz", gzip.compress(rank0_text[:half]) + gzip.compress(rank0_text[half:]) + b"\0" * 64)
+    db = load(folder)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(len(tj.event_end_offsets(rank0_text)[1]),)]
+    assert issues(db).keys() <= {"rank-from-name"}
+
+
+@pytest.mark.parametrize("name", ["rank0.json", "rank0.json.gz", "rank1.pt.trace.json.gz"])
+def test_zero_byte_file(cli, run0, tmp_path, name):
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    path = put(folder, name, b"") if name.startswith("rank1") else put(tmp_path / "u", name, b"")
+    target = folder if name.startswith("rank1") else path.parent
+    one_line_error(cli("load", target, "--db", tmp_path / "x.duckdb"), path, "empty")
+
+
+@pytest.mark.parametrize("content, words", [
+    (b'{"foo": 1, "bar": [1, 2]}', ["no traceEvents"]),
+    (b'"just a string"', ["no traceEvents"]),
+    (b"null", ["no traceEvents"]),
+    (b'{"traceEvents": 5}', ["no traceEvents"]),
+    (b'{"traceEvents": {"ph": "X"}}', ["no traceEvents"]),
+    (b"hello, this is not JSON", ["not JSON"]),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20, ["not JSON"]),
+    ('{"traceEvents": []}'.encode("utf-16"), ["UTF-16"]),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", oops}]}', ["malformed"]),
+    (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1},, {"ph": "X"}]}', ["malformed"]),
+])
+def test_not_a_trace_is_a_clear_error(cli, tmp_path, content, words):
+    folder = tmp_path / "t"
+    path = put(folder, "rank0.json", content)
+    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), path, *words)
+
+
+def test_empty_folder_and_missing_path(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    put(tmp_path / "empty", "notes.txt", b"hello")
+    one_line_error(cli("load", tmp_path / "empty", "--db", tmp_path / "x.duckdb"), tmp_path / "empty", "no trace files")
+    one_line_error(cli("load", tmp_path / "nope", "--db", tmp_path / "x.duckdb"), tmp_path / "nope", "no such file")
+
+
+@pytest.mark.parametrize("events", [
+    [1, "two", None, [], {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}],
+    [{"ph": "X", "cat": "cpu_op", "name": {"not": "a string"}, "pid": [1], "tid": {"t": 1},
+      "ts": 1, "dur": 1, "args": [1, 2, 3]}],
+    [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 1,
+      "args": {"correlation": "abc", "device": 1.5, "stream": [7], "External id": {"x": 1}}}],
+])
+def test_events_of_the_wrong_shape_load_with_issues(tmp_path, events):
+    folder = tmp_path / "t"
+    put(folder, "rank0.json", json.dumps({"traceEvents": events}).encode())
+    db = load(folder)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(len(events),)]
+    non_objects = sum(1 for e in events if not isinstance(e, dict))
+    found = issues(db)
+    if non_objects:
+        assert found["no-ph"][0][4] == non_objects
+    if any(isinstance(e, dict) and not isinstance(e.get("args", {}), dict) for e in events) or non_objects:
+        assert "unexpected-types" in found
+
+
+# ---------------------------------------------------------------- wrong types inside a real trace
+
+def test_wrong_types_are_counted_and_the_rest_is_intact(rank0_events, intact_rank0, tmp_path):
+    top, events = rank0_events
+    tid = next(e["tid"] for e in events if e.get("cat") == "cpu_op")
+    pid = next(e["pid"] for e in events if e.get("cat") == "cpu_op")
+    ts = next(e["ts"] for e in events if e.get("cat") == "cpu_op")
+    bad = lambda **kw: {"ph": "X", "cat": "cpu_op", "name": "injected", "pid": pid, "tid": tid,  # noqa: E731
+                        "ts": ts, "dur": 1, **kw}
+    injected = (
+        [bad(ts=str(ts)) for _ in range(3)]                    # string ts
+        + [bad(ts=None), bad(ts=True), bad(ts={"us": 1})]      # null, bool, object ts
+        + [bad(ts="NaN-MARK"), bad(ts="INF-MARK")]             # NaN and Infinity (non-standard JSON)
+        + [bad(dur=-5) for _ in range(4)]                      # negative dur
+        + [bad(dur="12")]                                      # string dur
+        + [{k: v for k, v in bad().items() if k != "ph"} for _ in range(2)]  # missing ph
+    )
+    rng = random.Random(6)
+    mixed = list(events)
+    for e in injected:
+        mixed.insert(rng.randrange(len(mixed) + 1), e)
+    text = tj.dumps({**top, "traceEvents": mixed})
+    text = text.replace('"NaN-MARK"', "NaN").replace('"INF-MARK"', "Infinity")
+    db = load(put(tmp_path / "t", "rank0.json", text.encode()).parent)
+    found = issues(db)
+    assert found["bad-ts"][0][4] == 8
+    assert found["bad-dur"][0][4] == 5
+    assert found["no-ph"][0][4] == 2
+    assert q(db, "SELECT count(*) FROM raw_events") == [(len(events) + len(injected),)]
+    # nothing injected reached the tables; everything else is as in the intact trace
+    assert q(db, "SELECT count(*) FROM cpu_ops WHERE name = 'injected'") == [(0,)]
+    for table in ("steps", "cpu_ops", "annotations", "collectives", "memory"):
+        sql = f"SELECT * FROM {table} ORDER BY ALL"
+        assert q(db, sql) == q(intact_rank0, sql), table
+
+
+def test_events_out_of_order_give_the_same_tables(run0, intact, tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    rng = random.Random(2)
+    for r, p in run0.items():
+        top, events = tj.read_trace(p)
+        rng.shuffle(events)
+        tj.write_trace(folder / p.name, top, events, gz=r % 2 == 0)
+    db = load(folder)
+    for table in ("steps", "aligned_steps", "cpu_ops", "annotations", "collectives", "memory"):
+        sql = f"SELECT * FROM {table} ORDER BY ALL"
+        assert q(db, sql) == q(intact, sql), table
+    sql = "SELECT rank, clock_offset_ns FROM ranks ORDER BY rank"
+    assert q(db, sql) == q(intact, sql)
+
+
+# ---------------------------------------------------------------- B/E pairs
+
+def to_begin_end(events: list[dict]) -> tuple[list[dict], int]:
+    """Rewrite host X events as B/E pairs, thread by thread, where they nest like a stack
+    (threads where they do not stay X). Returns (events, number of pairs written)."""
+    host = [e for e in events if tj.complete(e) and e.get("cat") in ("cpu_op", "user_annotation")]
+    by_thread: dict = {}
+    for i, e in enumerate(host):
+        by_thread.setdefault((str(e.get("pid")), str(e.get("tid"))), []).append((i, e))
+    converted, out_of = set(), []
+    for group in by_thread.values():
+        group.sort(key=lambda ie: (ie[1]["ts"], -ie[1]["dur"], ie[0]))
+        emitted, stack, ok = [], [], True
+        for i, e in group:
+            end = e["ts"] + e["dur"]
+            while stack and stack[-1][0] <= e["ts"]:
+                emitted.append(stack.pop()[1])
+            if stack and end > stack[-1][0]:
+                ok = False
+                break
+            emitted.append({k: v for k, v in e.items() if k != "dur"} | {"ph": "B"})
+            closing = {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": end}
+            if i % 2:
+                closing["name"] = e["name"]
+            stack.append((end, closing))
+        emitted += [c for _, c in reversed(stack)]
+        if ok:
+            converted.update(id(e) for _, e in group)
+            out_of.extend(emitted)
+    rest = [e for e in events if id(e) not in converted]
+    return rest + out_of, len(converted)
+
+
+def test_begin_end_pairs_work_like_complete_events(run0, intact, tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    pairs = {}
+    for r, p in run0.items():
+        top, events = tj.read_trace(p)
+        rewritten, pairs[r] = to_begin_end(events)
+        assert pairs[r] > 0.9 * sum(1 for e in events if e.get("cat") in ("cpu_op", "user_annotation"))
+        tj.write_trace(folder / p.name, top, rewritten)
+    db = load(folder)
+    for table in ("steps", "aligned_steps", "cpu_ops", "annotations", "collectives"):
+        sql = f"SELECT * FROM {table} ORDER BY ALL"
+        assert q(db, sql) == q(intact, sql), table
+    got = {rank: n for rank, _, _, _, n in issues(db)["begin-end"]}
+    assert got == pairs
+    assert "unmatched-begin-end" not in issues(db)
+
+
+def test_begin_end_edge_cases(tmp_path):
+    ev = lambda ph, ts, name=None, tid=1: {"ph": ph, "pid": 1, "tid": tid, "ts": ts,  # noqa: E731
+                                           "cat": "cpu_op", **({"name": name} if name else {})}
+    events = [
+        ev("B", 100, "ProfilerStep#1"), ev("B", 110, "outer"), ev("B", 110, "inner"), ev("E", 120),
+        ev("E", 130), ev("B", 130, "zero"), ev("E", 130, "zero"), ev("E", 200),
+        ev("B", 200, "ProfilerStep#2"), ev("E", 300, "ProfilerStep#2"),
+        ev("E", 150, tid=2),                      # an end without a begin
+        ev("B", 160, "never closed", tid=3),      # a begin without an end
+        {"ph": "X", "cat": "cpu_op", "name": "x-op", "pid": 1, "tid": 1, "ts": 210, "dur": 5},
+    ]
+    for e in events:
+        if e.get("name", "").startswith("ProfilerStep"):
+            e["cat"] = "user_annotation"
+    db = load(put(tmp_path / "t", "rank0.json", json.dumps({"traceEvents": events}).encode()).parent)
+    assert q(db, "SELECT step, ts_ns, dur_ns FROM steps ORDER BY step") == [(1, 100_000, 100_000), (2, 200_000, 100_000)]
+    assert q(db, "SELECT step, name, ts_ns, dur_ns FROM cpu_ops ORDER BY ts_ns, name") == [
+        (1, "inner", 110_000, 10_000), (1, "outer", 110_000, 20_000), (1, "zero", 130_000, 0), (2, "x-op", 210_000, 5_000)]
+    found = issues(db)
+    assert found["begin-end"][0][4] == 5
+    assert found["unmatched-begin-end"][0][4] == 2
+
+
+# ---------------------------------------------------------------- several ranks
+
+def rename_steps(text: bytes, delta: int) -> bytes:
+    return re.sub(rb"ProfilerStep#(\d+)", lambda m: b"ProfilerStep#%d" % (int(m.group(1)) + delta), text)
+
+
+def test_ranks_with_disjoint_step_sets(cli, run0, tmp_path):
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    put(folder, run0[1].name, gzip.compress(rename_steps(tj.read_bytes(run0[1]), 100)))
+    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), folder / run0[0].name,
+                   "share no ProfilerStep", "different runs")
+
+
+def test_ranks_with_partly_overlapping_steps(run0, tmp_path):
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 2, 3})
+    put(folder, run0[1].name, gzip.compress(rename_steps(tj.read_bytes(run0[1]), 3)))
+    mine = sorted(int(n) for n in re.findall(rb'"ProfilerStep#(\d+)"', tj.read_bytes(run0[0])))
+    db = load(folder)
+    assert [s for (s,) in q(db, "SELECT step FROM aligned_steps ORDER BY step")] == [n for n in mine if n - 3 in mine]
+    dropped = {r: n for r, _, _, _, n in issues(db)["step-not-on-all-ranks"]}
+    assert dropped == {0: 3, 1: 3, 2: 3, 3: 3}
+
+
+def test_two_runs_with_different_world_sizes(cli, run0, tmp_path):
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 1, 2})
+    text = tj.read_bytes(run0[3])
+    assert text.count(b'"world_size": 4') == 1
+    odd = put(folder, run0[3].name, gzip.compress(text.replace(b'"world_size": 4', b'"world_size": 8')))
+    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), odd, "different runs", "world size 8")
+
+
+def test_two_runs_of_the_same_world_in_one_folder(cli, recorded_runs, tmp_path):
+    """Ranks 0-1 of one run and 2-3 of another, recorded on the same host minutes apart."""
+    a, b = recorded_runs
+    folder = copy_world(a, tmp_path / "t", ranks={0, 1})
+    copy_world(b, folder, ranks={2, 3})
+    proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
+    line = one_line_error(proc, folder / b[2].name, "different runs")
+    assert "host" in line
+
+
+def test_two_files_claiming_one_rank(cli, recorded_runs, tmp_path):
+    a, b = recorded_runs
+    folder = copy_world(a, tmp_path / "t")
+    put(folder, "copy_of_rank_one.json.gz", b[1].read_bytes())  # distributedInfo.rank = 1
+    proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
+    line = one_line_error(proc, sorted([folder / a[1].name, folder / "copy_of_rank_one.json.gz"])[0],
+                          "two trace files claim rank 1")
+    assert a[1].name in line and "copy_of_rank_one.json.gz" in line
+
+
+def test_rank_from_the_file_name_when_distributed_info_is_missing(run0, tmp_path):
+    text = tj.read_bytes(run0[3])
+    stripped = re.sub(rb'"distributedInfo": \{.*?\]\}\]\},', b"", text, count=1, flags=re.S)
+    assert b"distributedInfo" not in stripped
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 1, 2})
+    put(folder, "worker-3.pt.trace.json", stripped)
+    db = load(folder)
+    assert q(db, "SELECT rank, rank_source FROM ranks WHERE rank = 3") == [(3, "file name")]
+    assert "rank-from-name" in issues(db)
+
+
+def shift_ts(text: bytes, delta_us: int) -> bytes:
+    """Add `delta_us` to every "ts" (integer part only: exact, fraction untouched)."""
+    def shift(m):
+        return m.group(1) + str(int(m.group(2)) + delta_us).encode()
+    out, n = re.subn(rb'("ts"\s*:\s*)(\d+)', shift, text)
+    assert n > 1000
+    return out
+
+
+def test_clock_skew_between_ranks_is_estimated_not_a_straggler(cli, run0, intact, tmp_path):
+    """Rank 2's host clock runs 5 s ahead: its collectives-based offset says so, and every
+    step-relative comparison (and the analysis' findings) stays what it was."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 1, 3})
+    text = shift_ts(tj.read_bytes(run0[2]), 5_000_000)
+    text = re.sub(rb'("host_name": ")([^"]*)"', rb'\1\2-other-host"', text, count=1)
+    put(folder, run0[2].name, gzip.compress(text))
+    db = load(folder)
+    offsets = dict(q(db, "SELECT rank, clock_offset_ns FROM ranks"))
+    before = dict(q(intact, "SELECT rank, clock_offset_ns FROM ranks"))
+    assert offsets[2] - before[2] == 5_000_000_000
+    assert abs(offsets[2] - 5_000_000_000) < 100_000_000
+    assert {r: offsets[r] for r in (0, 1, 3)} == {r: before[r] for r in (0, 1, 3)}
+    (note,) = issues(db)["clock-offset"]
+    assert note[0] == 2 and "5.0" in note[3] and "ahead" in note[3]
+    rel = """SELECT c.rank, c.step, c.seq, c.ts_ns - s.ts_ns, c.end_ns - s.ts_ns, c.dur_ns
+             FROM collectives c JOIN steps s USING (rank, step) ORDER BY ALL"""
+    assert q(db, rel) == q(intact, rel)
+    for sql in ("SELECT rank, step, dur_ns FROM steps ORDER BY ALL", "SELECT * FROM aligned_steps ORDER BY ALL"):
+        assert q(db, sql) == q(intact, sql)
+    # the whole analysis: same verdict with and without the skew
+    verdicts = []
+    for target in (folder, intact.parent / intact.stem):
+        proc = cli("analyze", target, "--out", tmp_path / f"out-{len(verdicts)}", "--no-html", "--format", "json", "-q")
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads(proc.stdout)
+        verdicts.append(([(f["rule"], f["ranks"], f["steps"]) for f in summary["findings"]],
+                         summary["steps"]["worst_rank"]))
+    assert verdicts[0] == verdicts[1]
+
+
+# ---------------------------------------------------------------- odd content
+
+def test_a_100k_character_kernel_name(tmp_path):
+    (src,) = (SHARED_TRACES / "hta-trace-filter").glob("sampled_rank-0.json.gz")
+    top, events = tj.read_trace(src)
+    kernel = next(e for e in events if e.get("cat") == "kernel" and "nccl" not in e["name"])
+    name = ("void big<" + "T&amp;<x>, " * 10_000)[:99_999] + ">"
+    events.append(dict(kernel, name=name, ts=kernel["ts"] + 1))
+    folder = tmp_path / "t"
+    folder.mkdir()
+    db = load(tj.write_trace(folder / "rank0.json.gz", top, events, gz=True).parent)
+    (twin_step,) = q(db, "SELECT step FROM kernels WHERE ts_ns = ? AND name = ?",
+                     tj.to_ns(kernel["ts"], tj.base_ns(top)), kernel["name"])[0]
+    rows = q(db, "SELECT kind, step, length(name), name FROM kernels WHERE length(name) > 1000")
+    assert len(rows) == 1 and rows[0][:3] == ("compute", twin_step, 100_000)
+    assert rows[0][3] == name
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_invalid_utf8_is_replaced_and_reported(rank0_text, tmp_path, gz):
+    names = [m.start() for m in re.finditer(rb'"name": "aten::', rank0_text)][:5]
+    data = bytearray(rank0_text)
+    for at in names:
+        data[at + 9: at + 11] = b"\xff\xc3"  # 'at' of aten -> invalid bytes
+    meta_at = data.index(b'"host_name": "') + 14
+    data[meta_at: meta_at + 1] = b"\xfe"  # and in the metadata
+    folder = tmp_path / "t"
+    put(folder, "rank0.json.gz" if gz else "rank0.json", gzip.compress(bytes(data)) if gz else bytes(data))
+    db = load(folder)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(len(tj.event_end_offsets(rank0_text)[1]),)]
+    assert q(db, "SELECT count(*) FROM raw_events WHERE name LIKE '\ufffd%'")[0][0] == len(names)
+    assert "invalid-utf8" in issues(db)
+
+
+@pytest.mark.parametrize("value", ["10" * 20, "-1", "1e400", "18446744073709551616"])
+def test_numbers_out_of_range(tmp_path, value):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": VALUE, "dur": 1,'
+        ' "args": {"correlation": VALUE, "External id": VALUE, "device": VALUE}}'.replace("VALUE", value),
+    ]
+    text = '{"traceEvents": [' + json.dumps(events[0]) + ", " + events[1] + "]}"
+    db = load(put(tmp_path / "t", "rank0.json", text.encode()).parent)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(2,)]
+    if value == "-1":  # a legal (if odd) time before the first step: kept, no step
+        assert q(db, "SELECT step, ts_ns FROM kernels") == [(None, -1000)]
+    else:
+        assert issues(db)["bad-ts"][0][4] == 1
+
+
+# ---------------------------------------------------------------- security
+
+def test_file_names_are_passed_to_sql_as_parameters(cli, run0, tmp_path):
+    """Quotes and SQL in a path reach the database as data, never as SQL."""
+    folder = tmp_path / "it's \"odd\"; DROP TABLE raw_events; --"
+    folder.mkdir()
+    path = Path(shutil.copy2(run0[0], folder / "rank0.o'clock\".json.gz"))
+    db = tmp_path / "o'db\".duckdb"
+    proc = cli("load", folder, "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert q(db, "SELECT file FROM ranks") == [(str(path),)]
+    assert q(db, "SELECT count(*) FROM raw_events")[0][0] == len(tj.read_trace(run0[0])[1])
+
+
+def gzip_bomb(path: Path) -> int:
+    """A valid gzip of a trace whose events are padded with whitespace: ~1 MB on disk that
+    expands past the loader's bound (source.MAX_EXPANSION x its size, at least
+    MIN_ALLOWANCE_BYTES). Built from repeated members, so it takes no time to make."""
+    chunk = 1 << 20
+    pad = gzip.compress(b" " * chunk, 9)
+    bound = max(source_module.MIN_ALLOWANCE_BYTES, source_module.MAX_EXPANSION * 2 * len(pad))
+    members = bound // chunk + 8
+    with open(path, "wb") as fh:
+        fh.write(gzip.compress(b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "name": "a"}, '))
+        for _ in range(members):
+            fh.write(pad)
+        fh.write(gzip.compress(b"]}"))
+    size = path.stat().st_size
+    assert members * chunk > max(source_module.MIN_ALLOWANCE_BYTES, source_module.MAX_EXPANSION * size)
+    return members * chunk
+
+
+def test_gzip_bomb_is_refused_with_bounded_memory_and_disk(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    bomb = folder / "rank0.json.gz"
+    expands_to = gzip_bomb(bomb)
+    assert expands_to > 400 * bomb.stat().st_size
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    # run the CLI in a child and measure its peak memory from a small wrapper process
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "p = subprocess.run([sys.executable, '-m', 'traceanalyze', 'load', sys.argv[1], '--db', sys.argv[2]],"
+        " capture_output=True, text=True)\n"
+        "sys.stderr.write(p.stderr)\n"
+        "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    env = dict(os.environ, TMPDIR=str(scratch))
+    proc = subprocess.run([sys.executable, "-c", wrapper, str(folder), str(tmp_path / "x.duckdb")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    rc, peak_kib = map(int, proc.stdout.split())
+    one_line_error(subprocess.CompletedProcess([], rc, "", proc.stderr), bomb, "decompression bomb")
+    assert peak_kib < 400 * 1024, f"peak RSS {peak_kib} KiB"
+    assert list(scratch.iterdir()) == []  # the scratch part files were removed
+    assert not (tmp_path / "x.duckdb").exists()

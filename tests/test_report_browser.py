@@ -1,0 +1,136 @@
+"""report.html in a real browser (headless Chromium): no console errors, findings and charts render.
+
+Screenshots go to tests/artifacts/ (git-ignored) for a person to look at. Chromium and chromedriver
+come from scripts/install-test-deps.sh; when they are missing this test fails, it does not skip.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from report_helpers import FIXTURES, SCRIPT, hostile_summary, injected, real_summary
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from traceanalyze.load import load_trace_dir
+from traceanalyze.output.html import write_html
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SCENARIO = "input_straggler"
+CHART_IDS = ["chart-timeline", "chart-step-times", "chart-lateness", "chart-phases"]
+
+
+@pytest.fixture(scope="module")
+def driver():
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
+    if missing:
+        pytest.fail(f"{missing} not installed: run scripts/install-test-deps.sh")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tempfile.mkdtemp(prefix="traceanalyze-chromium-")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", "--window-size=1280,1000", "--hide-scrollbars"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield drv
+    drv.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory) -> dict:
+    db = tmp_path_factory.mktemp("browser") / "trace.duckdb"
+    load_trace_dir(FIXTURES / SCENARIO, db)
+    return real_summary(db, f"fixtures/ddp/{SCENARIO}")
+
+
+def _open(driver, summary: dict, folder: Path) -> list[dict]:
+    """Open the report; returns the console messages it produced."""
+    path = write_html(summary, folder / "report.html", "reports/x/trace.duckdb")
+    driver.get_log("browser")  # drop messages of earlier pages
+    driver.get(path.resolve().as_uri())
+    driver.execute_script("return document.readyState")
+    return driver.get_log("browser")
+
+
+def _full_page_screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(height + 120, 16000))
+    out = ARTIFACTS / name
+    driver.save_screenshot(str(out))
+    driver.set_window_size(1280, 1000)
+    return out
+
+
+def _errors(log: list[dict]) -> list[dict]:
+    return [m for m in log if m["level"] in ("SEVERE", "ERROR")]
+
+
+def test_report_renders_findings_and_charts_without_console_errors(driver, summary, tmp_path):
+    log = _open(driver, summary, tmp_path)
+    assert _errors(log) == []
+    cards = driver.find_elements(By.CSS_SELECTOR, "article.finding")
+    assert len(cards) == len(summary["findings"]) and cards
+    assert all(c.is_displayed() for c in cards)
+    expected = CHART_IDS + (["chart-memory"] if summary["memory"] else [])
+    for chart_id in expected:
+        svg = driver.find_element(By.ID, chart_id)
+        box = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.width, r.height];", svg)
+        assert box[0] > 600 and box[1] > 80, (chart_id, box)
+        assert len(svg.find_elements(By.CSS_SELECTOR, "rect, circle")) > 4, chart_id
+    shot = _full_page_screenshot(driver, f"report_{SCENARIO}.png")
+    assert shot.stat().st_size > 20_000
+
+
+def test_the_straggler_row_is_highlighted_in_the_timeline(driver, summary, tmp_path):
+    _open(driver, summary, tmp_path)
+    rank = injected(SCENARIO)["rank"]
+    hot = driver.find_elements(By.CSS_SELECTOR, "#chart-timeline text.lbl-hot")
+    assert f"rank {rank}" in {t.text for t in hot}
+    colour = driver.execute_script("return getComputedStyle(arguments[0]).fill", hot[0])
+    plain = driver.find_element(By.CSS_SELECTOR, "#chart-timeline text.lbl:not(.lbl-hot)")
+    assert colour != driver.execute_script("return getComputedStyle(arguments[0]).fill", plain)
+
+
+def test_phase_bars_are_coloured_by_phase(driver, summary, tmp_path):
+    _open(driver, summary, tmp_path)
+    fills = driver.execute_script("""
+        const out = {};
+        document.querySelectorAll('#chart-phases rect.ph').forEach(r => {
+            const phase = [...r.classList].find(c => c.startsWith('ph-'));
+            out[phase] = getComputedStyle(r).fill;
+        });
+        return out;""")
+    assert len(fills) >= 3
+    assert len(set(fills.values())) == len(fills)  # each phase its own colour
+
+
+def test_hostile_trace_strings_show_as_text_and_never_run(driver, summary, tmp_path):
+    log = _open(driver, hostile_summary(summary), tmp_path)
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018
+    assert _errors(log) == []
+    titles = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "article.finding h3")]
+    assert f"kernel {SCRIPT} is tiny" in titles
+    assert driver.execute_script("return document.querySelectorAll('script').length") == 1
+    assert driver.execute_script("return document.querySelectorAll('img').length") == 0
+
+
+def test_copy_button_reacts_without_errors(driver, summary, tmp_path):
+    _open(driver, summary, tmp_path)
+    button = driver.find_element(By.CSS_SELECTOR, "button.copy")
+    button.click()
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return arguments[0].textContent", button) != "Copy")
+    assert driver.execute_script("return arguments[0].textContent", button) in ("Copied", "Select & copy")
+    assert _errors(driver.get_log("browser")) == []

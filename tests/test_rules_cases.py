@@ -1,0 +1,79 @@
+"""Every rule's cases.yaml: small inline traces written as real Kineto JSON, loaded with the real
+loader, checked against the findings the case expects (sqlfluff-style yaml test cases).
+
+Each `expect` entry is matched against one finding's summary.json dict: every key it names must
+match (numbers approximately, lists element by element); the number of findings must equal the
+number of entries, so `expect: []` means the rule reports nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.tracegen import write_trace_dir
+from traceanalyze.load import load_trace_dir
+from traceanalyze.ruleset import builtin_rules_dir, load_rules, run_rule
+
+
+def _cases():
+    for path in sorted(builtin_rules_dir().glob("*/cases.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for case_id, case in data["cases"].items():
+            yield pytest.param(data["rule"], case, id=f"{data['rule']}::{case_id}")
+
+
+def matches(expected, actual) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and matches(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(map(matches, expected, actual))
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return (isinstance(actual, (int, float)) and not isinstance(actual, bool)
+                and math.isclose(actual, expected, rel_tol=0.02, abs_tol=0.2))
+    return expected == actual
+
+
+def _run_case(rule_id: str, case: dict, tmp_path: Path) -> tuple[list, duckdb.DuckDBPyConnection]:
+    trace_dir = write_trace_dir(case["trace"], tmp_path / "trace")
+    db = tmp_path / "trace.duckdb"
+    load_trace_dir(trace_dir, db)
+    rule = {r.id: r for r in load_rules()}[rule_id]
+    con = duckdb.connect(str(db), read_only=True)
+    return run_rule(con, rule, case.get("params")), con
+
+
+@pytest.mark.parametrize("rule_id, case", list(_cases()))
+def test_rule_case(rule_id, case, tmp_path):
+    findings, con = _run_case(rule_id, case, tmp_path)
+    try:
+        got = [f.to_dict() for f in findings]
+        expected = case["expect"]
+        assert len(got) == len(expected), f"expected {len(expected)} finding(s), got {got}"
+        unmatched = list(got)
+        for want in expected:
+            hit = next((f for f in unmatched if matches(want, f)), None)
+            assert hit is not None, f"no finding matches {want}; findings: {unmatched}"
+            unmatched.remove(hit)
+        for finding in findings:
+            _assert_sql_reproduces_evidence(con, finding)
+    finally:
+        con.close()
+
+
+def _assert_sql_reproduces_evidence(con, finding) -> None:
+    """The finding's SQL (parameters bound) runs as printed and returns the evidence events."""
+    assert finding.sql, f"{finding.rule}: no SQL to reproduce the evidence"
+    cur = con.execute(finding.sql)
+    columns = [d[0] for d in cur.description]
+    rows = [dict(zip(columns, row)) for row in cur.fetchall()]
+    if "events" in finding.evidence:
+        from traceanalyze.ruleset import _plain
+
+        assert [{k: _plain(v) for k, v in r.items()} for r in rows][:50] == finding.evidence["events"]
+    else:
+        assert rows, f"{finding.rule}: the printed SQL finds nothing"

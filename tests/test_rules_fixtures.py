@@ -1,0 +1,148 @@
+"""The rule pack on real recorded traces: each scenario gets exactly its injected diagnosis.
+
+Ground truth is each scenario's expected.json (`injected`: rule, rank, cause, written by the
+recording script from what it injected), not numbers produced by the code under test. Every
+finding at warning or above must be one of the injected diagnoses; a balanced run gets none.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from traceanalyze.load import load_trace_dir
+from traceanalyze.ruleset import load_rules, run_rules
+from traceanalyze.summary import build_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "ddp"
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+TRACE_FILE = re.compile(r"\.json(\.gz)?$")
+
+
+def _scenarios() -> list[str]:
+    return sorted(d.name for d in FIXTURES.iterdir()
+                  if (d / "expected.json").is_file() and any(TRACE_FILE.search(p.name) for p in d.iterdir()
+                                                              if p.name != "expected.json"))
+
+
+def _injected(scenario: str) -> list[dict]:
+    injected = json.loads((FIXTURES / scenario / "expected.json").read_text())["injected"]
+    return [] if injected is None else injected if isinstance(injected, list) else [injected]
+
+
+@pytest.fixture(scope="module")
+def analyse(tmp_path_factory):
+    """analyse(folder) -> (findings of every rule, loaded ranks, database path); each folder loaded once."""
+    cache: dict[Path, tuple] = {}
+
+    def run(folder: Path):
+        if folder not in cache:
+            db = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
+            result = load_trace_dir(folder, db)
+            con = duckdb.connect(str(db), read_only=True)
+            try:
+                cache[folder] = (run_rules(con), result.ranks, db)
+            finally:
+                con.close()
+        return cache[folder]
+
+    return run
+
+
+def _assert_exactly(findings, ranks: list[int], injected: list[dict]) -> None:
+    loud = [f for f in findings if f.at_least("warning")]
+    shown = [(f.rule, list(f.ranks), f.evidence.get("cause"), f.title) for f in loud]
+    assert sorted(f.rule for f in loud) == sorted(i["rule"] for i in injected), shown
+    for want in injected:
+        (finding,) = [f for f in loud if f.rule == want["rule"]]
+        expected_ranks = [want["rank"]] if want.get("rank") is not None else sorted(ranks)
+        assert sorted(finding.ranks) == expected_ranks, shown
+        if "cause" in want:
+            assert finding.evidence.get("cause") == want["cause"], shown
+
+
+def test_the_recorded_scenarios_are_there():
+    assert {"balanced", "input_straggler", "compute_straggler", "large_allreduce", "rank0_barrier",
+            "slow_dataloader", "memory_creep"} <= set(_scenarios())
+
+
+def test_every_injected_pathology_has_a_rule():
+    ids = {r.id for r in load_rules()}
+    missing = {i["rule"] for s in _scenarios() for i in _injected(s)} - ids
+    assert not missing
+
+
+@pytest.mark.parametrize("scenario", _scenarios())
+def test_scenario_gets_exactly_its_injected_diagnosis(scenario, analyse):
+    findings, ranks, _ = analyse(FIXTURES / scenario)
+    _assert_exactly(findings, ranks, _injected(scenario))
+
+
+def _shift_clock(src: Path, dst: Path, offsets_ns: dict[int, int]) -> Path:
+    """Copy a scenario as if each rank ran on its own host, some hosts' clocks off by offsets_ns."""
+    dst.mkdir(parents=True)
+    for path in src.iterdir():
+        if not TRACE_FILE.search(path.name) or path.name == "expected.json":
+            continue
+        trace = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+        rank = trace["distributedInfo"]["rank"]
+        trace["baseTimeNanoseconds"] = trace.get("baseTimeNanoseconds", 0) + offsets_ns.get(rank, 0)
+        trace["host_name"] = f"node{rank}"
+        (dst / path.name.removesuffix(".gz")).write_text(json.dumps(trace))
+    return dst
+
+
+@pytest.mark.parametrize("scenario", ["balanced", "input_straggler", "rank0_barrier"])
+def test_clock_skew_between_hosts_changes_no_diagnosis(scenario, analyse, tmp_path):
+    """Hosts' clocks 7 s, -2.5 s and 40 ms apart: the same findings as with the recorded clocks."""
+    skewed = _shift_clock(FIXTURES / scenario, tmp_path / scenario,
+                          {1: 7_000_000_000, 2: -2_500_000_000, 3: 40_000_000})
+    findings, ranks, _ = analyse(skewed)
+    _assert_exactly(findings, ranks, _injected(scenario))
+
+
+@pytest.mark.parametrize("scenario", ["input_straggler", "compute_straggler", "rank0_barrier"])
+def test_summary_names_the_straggler_as_worst_rank(scenario, analyse):
+    """The summary's worst rank (own step time, waiting excluded) is the injected late rank."""
+    _, _, db = analyse(FIXTURES / scenario)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        summary = build_summary(con, str(FIXTURES / scenario), None)
+    finally:
+        con.close()
+    late_rank = _injected(scenario)[0]["rank"]
+    assert summary["steps"]["worst_rank"] == late_rank
+    late = {}
+    for row in summary["steps"]["lateness_ms"]:
+        late.setdefault(row["rank"], []).append(row["late_ms"])
+    assert max(late, key=lambda r: sorted(late[r])[len(late[r]) // 2]) == late_rank
+
+
+def _dataloader_share(folder: Path) -> float:
+    """Share of ProfilerStep time spent in DataLoader __next__, read straight from the JSON."""
+    (path,) = [p for p in folder.iterdir() if TRACE_FILE.search(p.name)]
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    waits = [(e["ts"], e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)")]
+    inside = sum(d for ts, d in waits if any(a <= ts < b for a, b in steps))
+    return inside / sum(b - a for a, b in steps)
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="shared real traces not available")
+def test_resnet_dataloader_stall_with_0_workers_and_much_less_with_4(analyse):
+    nw0, nw4 = SHARED_TRACES / "kineto-resnet50-nw0", SHARED_TRACES / "kineto-resnet50-nw4"
+    share0, share4 = _dataloader_share(nw0), _dataloader_share(nw4)
+    assert share0 > 0.3 and share4 < share0 / 10  # the ground truth, independent of traceanalyze
+
+    (stall,) = [f for f in analyse(nw0)[0] if f.rule == "dataloader-stall"]
+    assert stall.at_least("warning")
+    assert stall.cost.pct_of_step == pytest.approx(100 * share0, abs=1.0)
+    assert not [f for f in analyse(nw4)[0] if f.rule == "dataloader-stall"]

@@ -1,0 +1,164 @@
+"""Compact trace specs (the `trace:` of a rule's cases.yaml) -> real Kineto JSON files, one per rank.
+
+A spec describes what the training loop does in each step, in ms from the step start::
+
+    ranks: 4                 # world size (default 1)
+    steps: 4                 # ProfilerStep#2 .. #5 (first_step: 2)
+    step_ms: 100             # or a list, one per step
+    rank_step_ms: {1: [100, 250]}    # replaces step_ms for these ranks
+    gpu: false               # true adds deviceProperties (GPU kernels need no flag)
+    clock_offset_ms: {3: 7000}   # rank 3's clock runs 7 s ahead
+    timeline:                # every rank, every step: [kind, start_ms, dur_ms, {options}]
+      - [data, 0, 5]
+      - [forward, 5, 25]
+      - [backward, 30, 40]
+      - [all_reduce, 60, 25, {call_ms: 69.9, bytes: 4194304}]
+      - [optimizer, 90, 5]
+    rank_timelines:          # replaces `timeline` for these ranks
+      2: [...]
+
+Kinds: data (DataLoader __next__), forward (DDP forward + an aten op), backward (an autograd
+node), optimizer (Optimizer.step), op (a CPU op, options: name), all_reduce / barrier /
+all_gather / broadcast (a gloo:* annotation on a pt_gloo_runloop thread plus a c10d call on
+the training thread at call_ms), kernel / nccl (GPU kernels with their cudaLaunchKernel;
+options: name, stream, launch_ms, launch_us, count, every_ms), memcpy (options: kind,
+bytes), sync (a cudaStreamSynchronize call; options: name), memory (a [memory] event;
+options: total_allocated_bytes, device_type), event (any complete event; options: name,
+cat [cpu_op], tid [the training thread], args). Collectives take dtype [float] for their
+Input type. Any number may be a list indexed by step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BASE_US = 5_000_000.0  # first step start on a rank's clock, us
+MAIN_TID, GLOO_TID = 100, 200
+COLLECTIVES = {"all_reduce": "allreduce_", "barrier": "barrier", "all_gather": "allgather_",
+               "broadcast": "broadcast_"}
+
+
+def _at(value: Any, step_index: int) -> Any:
+    return value[step_index % len(value)] if isinstance(value, list) else value
+
+
+class _Rank:
+    """Collects one rank's events."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.pid, self.events, self.correlation = rank, 1000 + rank, [], 0
+
+    def x(self, name: str, cat: str, ts_us: float, dur_us: float, tid: int, pid: int | None = None,
+          **args) -> None:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid, "tid": tid,
+                 "ts": round(ts_us, 3), "dur": round(max(dur_us, 0.0), 3)}
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def launch(self, name: str, cat: str, start_us: float, dur_us: float, stream: int,
+               launch_us: float, launch_dur_us: float, api: str, **args) -> None:
+        self.correlation += 1
+        self.x(api, "cuda_runtime", launch_us, launch_dur_us, MAIN_TID, correlation=self.correlation)
+        self.x(name, cat, start_us, dur_us, stream, pid=0, device=0, stream=stream,
+               correlation=self.correlation, **args)
+
+
+def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> None:
+    if kind == "data":
+        r.x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", t, d, MAIN_TID)
+    elif kind == "forward":
+        r.x("DistributedDataParallel.forward", "user_annotation", t, d, MAIN_TID)
+        r.x("aten::linear", "cpu_op", t + d * 0.05, d * 0.9, MAIN_TID)
+    elif kind == "backward":
+        r.x("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", t, d, MAIN_TID)
+    elif kind == "optimizer":
+        r.x("Optimizer.step#SGD.step", "user_annotation", t, d, MAIN_TID)
+    elif kind == "op":
+        r.x(opts.get("name", "aten::mul"), "cpu_op", t, d, MAIN_TID)
+    elif kind == "event":
+        r.x(opts["name"], opts.get("cat", "cpu_op"), t, d, opts.get("tid", MAIN_TID), **opts.get("args", {}))
+    elif kind == "sync":
+        r.x(opts.get("name", "cudaStreamSynchronize"), "cuda_runtime", t, d, MAIN_TID)
+    elif kind == "memory":
+        r.events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": r.pid,
+                         "tid": MAIN_TID, "ts": round(t, 3),
+                         "args": {"Device Type": opts.get("device_type", 0), "Device Id": -1, "Addr": 1,
+                                  "Bytes": 4096, "Total Allocated": _at(opts["total_allocated_bytes"], si),
+                                  "Total Reserved": _at(opts["total_allocated_bytes"], si)}})
+    elif kind in COLLECTIVES:
+        numel = int(_at(opts.get("bytes", 4096), si)) // 4
+        r.x(f"gloo:{kind}", "user_annotation", t, d, GLOO_TID,
+            **{"Input Dims": [[numel]], "Input type": [opts.get("dtype", "float")]})
+        call = _at(opts["call_ms"], si) * 1000 + opts["_step_start_us"] if "call_ms" in opts else t
+        r.x(f"c10d::{COLLECTIVES[kind]}", "cpu_op", call, 50.0, MAIN_TID)
+    else:
+        raise ValueError(f"unknown event kind {kind!r}")
+
+
+def _gpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> None:
+    if kind == "memcpy":
+        copy = opts.get("kind", "HtoD (Pageable -> Device)")
+        launch = t - 10.0
+        r.launch(f"Memcpy {copy}", "gpu_memcpy", t, d, opts.get("stream", 7), launch,
+                 max(d + 10.0, 10.0) if "Pageable" in copy else 10.0, "cudaMemcpyAsync",
+                 bytes=int(_at(opts.get("bytes", 1 << 20), si)))
+        return
+    name = opts.get("name", "ncclDevKernel_AllReduce_Sum_f32_RING_LL" if kind == "nccl"
+                    else "volta_sgemm_128x64_nn")
+    stream = opts.get("stream", 20 if kind == "nccl" else 7)
+    every = opts.get("every_ms", 0) * 1000
+    launch_dur = opts.get("launch_us", 5.0)
+    for i in range(int(opts.get("count", 1))):
+        start = t + i * every
+        launch = (_at(opts["launch_ms"], si) * 1000 + opts["_step_start_us"] if "launch_ms" in opts
+                  else start - launch_dur - 1.0) + i * every
+        r.launch(name, "kernel", start, d, stream, launch, launch_dur, "cudaLaunchKernel")
+
+
+def _step_events(r: _Rank, timeline: list, start_us: float, si: int) -> None:
+    for item in timeline:
+        kind, start_ms, dur_ms = item[0], _at(item[1], si), _at(item[2], si)
+        opts = dict(item[3]) if len(item) > 3 else {}
+        opts["_step_start_us"] = start_us
+        t, d = start_us + start_ms * 1000, dur_ms * 1000
+        (_gpu_event if kind in ("kernel", "nccl", "memcpy") else _cpu_event)(r, kind, t, d, opts, si)
+
+
+def rank_trace(spec: dict, rank: int) -> dict:
+    """The Kineto JSON object of one rank."""
+    ranks = int(spec.get("ranks", 1))
+    steps = int(spec.get("steps", 4))
+    first = int(spec.get("first_step", 2))
+    timeline = (spec.get("rank_timelines") or {}).get(rank, spec.get("timeline", []))
+    r = _Rank(rank)
+    t = BASE_US + float((spec.get("clock_offset_ms") or {}).get(rank, 0)) * 1000
+    for si in range(steps):
+        step_ms = (spec.get("rank_step_ms") or {}).get(rank, spec.get("step_ms", 100))
+        step_us = _at(step_ms, si) * 1000
+        r.x(f"ProfilerStep#{first + si}", "user_annotation", t, step_us, MAIN_TID)
+        _step_events(r, timeline, t, si)
+        t += step_us
+    r.events += [
+        {"ph": "M", "name": "process_name", "pid": r.pid, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "M", "name": "thread_name", "pid": r.pid, "tid": MAIN_TID, "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": r.pid, "tid": GLOO_TID,
+         "args": {"name": "thread 200 (pt_gloo_runloop)"}},
+    ]
+    trace: dict[str, Any] = {"schemaVersion": 1,
+                             "distributedInfo": {"backend": "nccl" if spec.get("gpu") else "gloo",
+                                                 "rank": rank, "world_size": ranks}}
+    if spec.get("gpu"):  # Kineto writes deviceProperties before traceEvents
+        trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA Test GPU"}]
+    trace["traceEvents"] = r.events
+    return trace
+
+
+def write_trace_dir(spec: dict, folder: Path) -> Path:
+    """Write rank<R>.json for every rank of the spec into `folder`; returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(int(spec.get("ranks", 1))):
+        (folder / f"rank{rank}.json").write_text(json.dumps(rank_trace(spec, rank)), encoding="utf-8")
+    return folder

@@ -1,0 +1,38 @@
+"""Where `check` and `diff` meet the rest of the pipeline: analysis, config and the rule list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceanalyze.errors import TraceanalyzeError
+
+GATE_KEYS = ("fail_on", "select", "ignore", "max_regression_pct")
+
+
+def analyzer(out_dir: Path | None = None, ranks: set[int] | None = None, params=()):
+    """A `source -> summary dict` function that runs the full pipeline (writes out_dir/)."""
+    def analyze(source: Path) -> dict:
+        from traceanalyze.pipeline import run_analysis
+
+        return run_analysis(source, out_dir, ranks, list(params), html=True).summary
+    return analyze
+
+
+def gate_settings(start_dir: Path) -> dict:
+    """fail_on / select / ignore / max_regression_pct from `[tool.traceanalyze]` ({} if unset)."""
+    try:
+        from traceanalyze.config import load_config
+    except ImportError:  # config.py not there yet: defaults only
+        return {}
+    config = load_config(start_dir, [])
+    return {key: getattr(config, key, None) for key in GATE_KEYS}
+
+
+def known_rules() -> dict[str, str]:
+    """Rule id -> title of every built-in rule ({} when the rule pack cannot be read)."""
+    try:
+        from traceanalyze.ruleset import load_rules
+
+        return {rule.id: rule.summary for rule in load_rules()}
+    except (ImportError, TraceanalyzeError):
+        return {}

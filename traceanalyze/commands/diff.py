@@ -1,0 +1,42 @@
+"""`traceanalyze diff OLD NEW`: what moved between two runs, per phase and per rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from traceanalyze.commands._analyze import analyzer
+from traceanalyze.commands._source import summary_from_source
+from traceanalyze.diff import diff_summaries
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.output.diff_report import render_diff_html, render_diff_text
+from traceanalyze.pipeline import default_out_dir
+
+
+@click.command(name="diff")
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write a self-contained HTML diff report to this file.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def command(old: Path, new: Path, html_path: Path | None, fmt: str):
+    """Compare two runs (trace folders or summary.json files) per phase and rank."""
+    old_out, new_out = default_out_dir(old), default_out_dir(new)
+    if old_out == new_out:  # same folder name (runs/a/trace, runs/b/trace): keep both reports
+        old_out, new_out = old_out / "old", new_out / "new"
+    diff = diff_summaries(summary_from_source(old, analyzer(old_out)),
+                          summary_from_source(new, analyzer(new_out)))
+    if html_path is not None:
+        try:
+            html_path.parent.mkdir(parents=True, exist_ok=True)
+            html_path.write_text(render_diff_html(diff), encoding="utf-8")
+        except OSError as exc:
+            raise TraceanalyzeError(f"cannot write: {exc.strerror}", str(html_path)) from None
+    if fmt == "json":
+        click.echo(json.dumps(diff.to_dict(), indent=2))
+    else:
+        click.echo(render_diff_text(diff), nl=False)
+    if html_path is not None:
+        click.echo(f"wrote {html_path}", err=True)

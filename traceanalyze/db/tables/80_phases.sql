@@ -1,0 +1,166 @@
+-- Phases of every step on every rank, as intervals on the training-loop thread's timeline.
+--
+-- A step is split by priority: whatever the training loop is doing at a moment gets the
+-- first matching phase of data_wait > h2d > optimizer > backward > forward > comm_exposed
+-- (a host call into c10d / NCCL / gloo) > other (host ops outside the model) >
+-- comm_exposed (the thread runs nothing while a collective is in flight: it waits for it)
+-- > other (idle, nothing in flight). On CPU gloo jobs the DDP all-reduce runs on a
+-- pt_gloo_runloop thread, so waiting for it shows up as an idle training-loop thread
+-- while a gloo:* collective is open; on GPU jobs the same holds for NCCL kernels.
+
+-- The training-loop thread of each rank: the thread that records ProfilerStep#N, else the busiest CPU thread.
+CREATE OR REPLACE TABLE main_threads AS
+WITH marked AS (
+    SELECT rank, tid, count(*) AS n
+    FROM raw_events
+    WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND coalesce(cat, '') <> 'gpu_user_annotation'
+    GROUP BY rank, tid
+),
+busiest AS (
+    SELECT rank, tid, sum(dur_ns) AS n FROM cpu_ops GROUP BY rank, tid
+)
+SELECT
+    r.rank,                                 -- global rank
+    coalesce((SELECT arg_max(m.tid, m.n) FROM marked AS m WHERE m.rank = r.rank),
+             (SELECT arg_max(b.tid, b.n) FROM busiest AS b WHERE b.rank = r.rank)) AS tid  -- thread id of the training loop
+FROM ranks AS r;
+
+CREATE OR REPLACE TEMP TABLE _host_events AS
+SELECT c.rank, c.step, c.name, c.tid, c.ts_ns, c.end_ns, c.external_id, c.tid = m.tid AS on_main
+FROM cpu_ops AS c JOIN main_threads AS m USING (rank)
+WHERE c.step IS NOT NULL
+UNION ALL
+SELECT a.rank, a.step, a.name, a.tid, a.ts_ns, a.end_ns, a.external_id, a.tid = m.tid
+FROM annotations AS a JOIN main_threads AS m USING (rank)
+WHERE NOT a.on_gpu AND a.step IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE _marks AS
+WITH named AS (
+    SELECT *,
+        CASE
+            WHEN name LIKE 'enumerate(DataLoader)#%' OR name LIKE 'enumerate(DataPipe)#%' THEN 'data_wait'
+            WHEN name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%' THEN 'optimizer'
+            WHEN name LIKE 'autograd::engine::evaluate_function:%'
+                 OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$') THEN 'backward'
+            WHEN on_main AND (name LIKE 'c10d::%' OR name = 'record_param_comms'
+                              OR name LIKE 'nccl:%' OR name LIKE 'gloo:%') THEN 'comm_call'
+            WHEN name LIKE 'ProfilerStep#%' THEN NULL
+        END AS mark
+    FROM _host_events
+),
+h2d_calls AS (   -- runtime calls on the training-loop thread that queued a host-to-device copy
+    SELECT r.rank, r.step, r.ts_ns, r.end_ns, r.external_id
+    FROM runtime AS r
+    JOIN main_threads AS m ON m.rank = r.rank AND m.tid = r.tid
+    JOIN kernels AS k ON k.rank = r.rank AND k.correlation = r.correlation
+    WHERE k.kind = 'memcpy' AND k.name LIKE '%HtoD%' AND r.step IS NOT NULL
+),
+h2d AS (   -- those calls and the tensor-copy ops around them (aten::to / aten::copy_)
+    SELECT rank, step, ts_ns, end_ns FROM h2d_calls
+    UNION
+    SELECT h.rank, h.step, h.ts_ns, h.end_ns
+    FROM _host_events AS h JOIN h2d_calls AS c
+        ON c.rank = h.rank AND h.ts_ns <= c.ts_ns AND h.end_ns >= c.end_ns
+    WHERE h.on_main AND h.name IN ('aten::to', 'aten::_to_copy', 'aten::copy_')
+),
+last_backward AS (
+    SELECT rank, step, max(end_ns) AS end_ns FROM named WHERE mark = 'backward' GROUP BY rank, step
+),
+host_ops AS (   -- unlabelled training-loop ops: forward before the last backward op ends, else other host work
+    SELECT n.rank, n.step, n.ts_ns, n.end_ns,
+           CASE WHEN lb.end_ns IS NULL OR n.ts_ns < lb.end_ns THEN 'forward' ELSE 'host_other' END AS mark
+    FROM named AS n LEFT JOIN last_backward AS lb USING (rank, step)
+    WHERE n.on_main AND n.mark IS NULL AND n.name NOT LIKE 'ProfilerStep#%'
+),
+inflight AS (
+    SELECT rank, step, ts_ns, end_ns, 'inflight' AS mark FROM collectives WHERE step IS NOT NULL
+)
+SELECT rank, step, mark, ts_ns, end_ns FROM named WHERE mark IS NOT NULL
+UNION ALL SELECT rank, step, 'h2d', ts_ns, end_ns FROM h2d
+UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM host_ops
+UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM inflight;
+
+-- each mark merged into disjoint runs (gaps below 1 ms inside forward / backward are Python overhead)
+CREATE OR REPLACE TEMP TABLE _runs AS
+WITH clipped AS (
+    SELECT m.rank, m.step, m.mark,
+           greatest(m.ts_ns, s.ts_ns) AS ts_ns, least(m.end_ns, s.end_ns) AS end_ns,
+           CASE WHEN m.mark IN ('forward', 'backward') THEN 1000000 ELSE 0 END AS tol_ns
+    FROM _marks AS m JOIN steps AS s USING (rank, step)
+),
+ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, step, mark ORDER BY ts_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM clipped WHERE end_ns > ts_ns
+),
+islands AS (
+    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns + tol_ns THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, step, mark ORDER BY ts_ns, end_ns) AS run
+    FROM ordered
+)
+SELECT rank, step, mark, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
+       CASE mark WHEN 'data_wait' THEN 1 WHEN 'h2d' THEN 2 WHEN 'optimizer' THEN 3 WHEN 'backward' THEN 4
+                 WHEN 'forward' THEN 5 WHEN 'comm_call' THEN 6 WHEN 'host_other' THEN 7 ELSE 8 END AS priority
+FROM islands GROUP BY rank, step, mark, run;
+
+-- One row per contiguous phase interval of a step: the timeline the report draws. Phases of a step tile it exactly.
+CREATE OR REPLACE TABLE phase_intervals AS
+WITH bounds AS (
+    SELECT rank, step, ts_ns AS t FROM _runs
+    UNION SELECT rank, step, end_ns FROM _runs
+    UNION SELECT rank, step, ts_ns FROM steps
+    UNION SELECT rank, step, end_ns FROM steps
+),
+segments AS (
+    SELECT rank, step, t AS ts_ns, lead(t) OVER (PARTITION BY rank, step ORDER BY t) AS end_ns FROM bounds
+),
+labelled AS (
+    SELECT g.rank, g.step, g.ts_ns, g.end_ns,
+           CASE min(r.priority)
+               WHEN 1 THEN 'data_wait' WHEN 2 THEN 'h2d' WHEN 3 THEN 'optimizer' WHEN 4 THEN 'backward'
+               WHEN 5 THEN 'forward' WHEN 6 THEN 'comm_exposed' WHEN 7 THEN 'other' WHEN 8 THEN 'comm_exposed'
+               ELSE 'other' END AS phase
+    FROM segments AS g
+    LEFT JOIN _runs AS r ON r.rank = g.rank AND r.step = g.step AND r.ts_ns <= g.ts_ns AND r.end_ns >= g.end_ns
+    WHERE g.end_ns > g.ts_ns
+    GROUP BY g.rank, g.step, g.ts_ns, g.end_ns
+),
+changes AS (
+    SELECT *, CASE WHEN phase IS DISTINCT FROM lag(phase) OVER w THEN 1 ELSE 0 END AS new_run
+    FROM labelled WINDOW w AS (PARTITION BY rank, step ORDER BY ts_ns)
+),
+numbered AS (
+    SELECT *, sum(new_run) OVER (PARTITION BY rank, step ORDER BY ts_ns) AS run FROM changes
+)
+SELECT
+    n.rank,                                 -- global rank
+    n.step,                                 -- ProfilerStep N
+    n.phase,                                -- data_wait | h2d | forward | backward | optimizer | comm_exposed | other
+    min(n.ts_ns) AS ts_ns,                  -- interval start, ns (rank clock)
+    max(n.end_ns) AS end_ns,                -- interval end, ns
+    max(n.end_ns) - min(n.ts_ns) AS dur_ns, -- interval length, ns
+    min(n.ts_ns) - any_value(s.ts_ns) AS start_rel_ns  -- start relative to the step start, ns (comparable across ranks)
+FROM numbered AS n JOIN steps AS s USING (rank, step)
+GROUP BY n.rank, n.step, n.phase, n.run
+ORDER BY n.rank, n.step, ts_ns;
+
+-- Time per phase for every (rank, step), ns; the seven phase columns add up to dur_ns.
+CREATE OR REPLACE TABLE step_phases AS
+SELECT
+    s.rank,                                 -- global rank
+    s.step,                                 -- ProfilerStep N
+    s.dur_ns,                               -- step duration, ns
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'data_wait'), 0) AS data_wait_ns,      -- waiting for the next batch (DataLoader __next__)
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'h2d'), 0) AS h2d_ns,                  -- host ops issuing host-to-device copies
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'forward'), 0) AS forward_ns,          -- forward pass and loss
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'backward'), 0) AS backward_ns,        -- autograd backward
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'optimizer'), 0) AS optimizer_ns,      -- Optimizer.step / zero_grad
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'comm_exposed'), 0) AS comm_exposed_ns, -- blocked in or waiting for a collective
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'other'), 0) AS other_ns               -- host work outside the model, or idle
+FROM steps AS s LEFT JOIN phase_intervals AS p USING (rank, step)
+GROUP BY s.rank, s.step, s.dur_ns
+ORDER BY s.rank, s.step;
+
+DROP TABLE _runs;
+DROP TABLE _marks;
+DROP TABLE _host_events;

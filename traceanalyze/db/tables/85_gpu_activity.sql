@@ -1,0 +1,109 @@
+-- GPU activity inside each step window: busy time, idle gaps and communication/compute overlap (empty on CPU-only traces).
+
+-- GPU work merged into disjoint busy intervals per (rank, device, class) and clipped to the step windows.
+CREATE OR REPLACE TABLE gpu_busy_intervals AS
+WITH work AS (
+    SELECT k.rank, s.step, k.device, c.class,
+           greatest(k.ts_ns, s.ts_ns) AS ts_ns, least(k.end_ns, s.end_ns) AS end_ns
+    FROM kernels AS k
+    JOIN steps AS s ON s.rank = k.rank AND k.ts_ns < s.end_ns AND k.end_ns > s.ts_ns
+    CROSS JOIN (VALUES ('any'), ('compute'), ('communication')) AS c(class)
+    WHERE c.class = 'any' OR c.class = k.kind
+),
+ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, step, device, class ORDER BY ts_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM work WHERE end_ns > ts_ns
+),
+islands AS (
+    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, step, device, class ORDER BY ts_ns, end_ns) AS run
+    FROM ordered
+)
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- step whose time window holds the interval
+    device,                                 -- GPU index
+    class,                                  -- any (all GPU work) | compute | communication
+    min(ts_ns) AS ts_ns,                    -- start of a busy interval, ns
+    max(end_ns) AS end_ns,                  -- end, ns
+    max(end_ns) - min(ts_ns) AS dur_ns      -- length, ns
+FROM islands
+GROUP BY rank, step, device, class, run
+ORDER BY rank, step, device, class, ts_ns;
+
+-- Idle gaps of each GPU inside a step (between busy intervals, or at the step's ends), with their likely cause.
+CREATE OR REPLACE TABLE gpu_idle_gaps AS
+WITH busy AS (
+    SELECT b.*, s.ts_ns AS step_ts_ns, s.end_ns AS step_end_ns,
+           lag(b.end_ns) OVER (PARTITION BY b.rank, b.step, b.device ORDER BY b.ts_ns) AS prev_end_ns,
+           lead(b.ts_ns) OVER (PARTITION BY b.rank, b.step, b.device ORDER BY b.ts_ns) AS next_ts_ns
+    FROM gpu_busy_intervals AS b JOIN steps AS s USING (rank, step)
+    WHERE b.class = 'any'
+),
+gaps AS (
+    SELECT rank, step, device, coalesce(prev_end_ns, step_ts_ns) AS ts_ns, ts_ns AS end_ns FROM busy
+    UNION ALL
+    SELECT rank, step, device, end_ns, step_end_ns FROM busy WHERE next_ts_ns IS NULL
+),
+described AS (
+    SELECT g.*,
+        (SELECT min(k.launch_ts_ns) FROM kernels AS k
+         WHERE k.rank = g.rank AND k.device = g.device AND k.ts_ns = g.end_ns) AS next_launch_ts_ns,
+        coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
+                  WHERE p.rank = g.rank AND p.phase = 'data_wait' AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0)
+            AS data_wait_ns,
+        EXISTS (SELECT 1 FROM runtime AS r WHERE r.rank = g.rank AND r.is_sync AND r.name NOT LIKE '%Query%'
+                AND r.ts_ns < g.end_ns AND r.end_ns >= g.ts_ns) AS host_synced
+    FROM gaps AS g
+    WHERE g.end_ns > g.ts_ns
+)
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- step holding the gap
+    device,                                 -- GPU index
+    ts_ns,                                  -- gap start, ns
+    end_ns,                                 -- gap end, ns
+    end_ns - ts_ns AS dur_ns,               -- gap length, ns
+    next_launch_ts_ns,                      -- when the host launched the work that ends the gap (NULL at the step end)
+    data_wait_ns,                           -- part of the gap while the training loop waits for the DataLoader, ns
+    CASE
+        WHEN data_wait_ns * 2 >= end_ns - ts_ns THEN 'data_wait'
+        WHEN host_synced THEN 'sync'
+        WHEN next_launch_ts_ns > ts_ns THEN 'host_launch'
+        ELSE 'other'
+    END AS cause                            -- data_wait (mostly during the DataLoader wait) | sync (the host waited on the GPU, e.g. .item()) | host_launch (the next work was launched only after the GPU went idle) | other (e.g. waiting for an event or another stream)
+FROM described
+ORDER BY rank, step, device, ts_ns;
+
+-- GPU busy time and communication/compute overlap per (rank, step); NULL columns on ranks without GPU work.
+CREATE OR REPLACE TABLE step_gpu AS
+WITH sums AS (
+    SELECT rank, step,
+           sum(dur_ns) FILTER (WHERE class = 'any') AS busy_ns,
+           sum(dur_ns) FILTER (WHERE class = 'compute') AS compute_ns,
+           sum(dur_ns) FILTER (WHERE class = 'communication') AS comm_ns,
+           count(DISTINCT device) AS devices
+    FROM gpu_busy_intervals GROUP BY rank, step
+),
+overlap AS (
+    SELECT m.rank, m.step, sum(least(m.end_ns, c.end_ns) - greatest(m.ts_ns, c.ts_ns)) AS overlap_ns
+    FROM gpu_busy_intervals AS m
+    JOIN gpu_busy_intervals AS c ON c.rank = m.rank AND c.step = m.step AND c.device = m.device
+        AND c.class = 'compute' AND c.ts_ns < m.end_ns AND c.end_ns > m.ts_ns
+    WHERE m.class = 'communication'
+    GROUP BY m.rank, m.step
+)
+SELECT
+    s.rank,                                 -- global rank
+    s.step,                                 -- ProfilerStep N
+    s.dur_ns,                               -- step duration, ns
+    u.devices,                              -- GPUs with work in the step (NULL: no GPU work)
+    u.busy_ns / u.devices AS busy_ns,       -- time a GPU runs anything (union over streams), ns, averaged over devices
+    u.compute_ns / u.devices AS compute_ns, -- time a GPU runs compute kernels, ns
+    coalesce(u.comm_ns, 0) / u.devices AS comm_ns,                 -- time a GPU runs communication kernels, ns
+    coalesce(o.overlap_ns, 0) / u.devices AS comm_overlapped_ns    -- communication time with a compute kernel running at the same time, ns
+FROM steps AS s
+LEFT JOIN sums AS u USING (rank, step)
+LEFT JOIN overlap AS o USING (rank, step)
+ORDER BY s.rank, s.step;

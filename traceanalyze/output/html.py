@@ -1,0 +1,298 @@
+"""summary dict -> report.html: one self-contained file (inline CSS, JS and SVG; opens offline).
+
+Templates see only `ReportContext` (below); every field documents itself. Jinja runs with
+autoescape and StrictUndefined, so every trace string (kernel names contain `<` and `>`) is text.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+from traceanalyze.output import charts as chartlib
+from traceanalyze.output.units import (
+    PHASE_LABELS,
+    PHASES,
+    SEVERITY_ORDER,
+    fmt_bytes,
+    fmt_ms,
+    fmt_pct,
+    fmt_ranks,
+    fmt_steps,
+)
+
+MAX_EVENT_ROWS = 50
+
+
+@dataclass(frozen=True)
+class Kpi:
+    """One headline number of the verdict band."""
+
+    label: str
+    value: str
+    detail: str
+    tone: str = ""  # "" | "bad" | "good"
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """One finding, ready to print."""
+
+    anchor: str = field(metadata={"help": "HTML id of the finding's card, e.g. 'f1'"})
+    rule: str = field(metadata={"help": "stable rule id, e.g. 'collective-straggler'"})
+    severity: str = field(metadata={"help": "info | warning | error"})
+    title: str = field(metadata={"help": "one-line statement of the problem, from the rule"})
+    ranks: str = field(metadata={"help": "ranks concerned, compact ('2', '0-3, 5'), or 'all'"})
+    steps: str = field(metadata={"help": "steps concerned, compact"})
+    cost_ms: str = field(metadata={"help": "time lost per step, formatted"})
+    cost_pct: str = field(metadata={"help": "share of the step, formatted"})
+    cost_bar_pct: float = field(metadata={"help": "0-100, width of the cost bar"})
+    has_cost: bool = field(metadata={"help": "the rule measured a cost in ms per step"})
+    advice: list[tuple[str, str]] = field(metadata={"help": "advice blocks: ('p', text) or ('li', text)"})
+    evidence: list[tuple[str, str]] = field(metadata={"help": "evidence numbers as (name, formatted value)"})
+    event_columns: list[str] = field(metadata={"help": "columns of the events table"})
+    event_rows: list[list[str]] = field(metadata={"help": "the first MAX_EVENT_ROWS events, formatted"})
+    event_hot: list[bool] = field(metadata={"help": "per shown event: it belongs to a rank the finding names"})
+    events_total: int = field(metadata={"help": "how many events the finding carries"})
+    sql: str = field(metadata={"help": "the SQL that reproduces the evidence ('' when none)"})
+    sql_command: str = field(metadata={"help": "copyable shell command running that SQL on trace.duckdb"})
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One row of the per-rank table."""
+
+    rank: int
+    file_name: str
+    file: str
+    clock_offset: str
+    steps: int
+    median: str
+    p95: str
+    max: str
+    comm: str
+    gpu_busy: str
+    peak_memory: str
+    hot: bool
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """Everything report.html shows; the templates see nothing else."""
+
+    title: str = field(metadata={"help": "page title: the trace folder's name"})
+    trace_dir: str = field(metadata={"help": "the trace folder as given by the user"})
+    tool_version: str = field(metadata={"help": "traceanalyze version that wrote the summary"})
+    meta_line: str = field(metadata={"help": "ranks, steps and device in one line"})
+    verdict: str = field(metadata={"help": "one sentence: the most costly finding, or that none was found"})
+    verdict_severity: str = field(metadata={"help": "severity of the verdict: error | warning | info | ok"})
+    kpis: list[Kpi] = field(metadata={"help": "headline numbers: step time median vs worst rank, steps, findings"})
+    findings: list[FindingView] = field(metadata={"help": "findings ordered by cost, largest first"})
+    severity_counts: dict[str, int] = field(metadata={"help": "number of findings per severity"})
+    charts: list[chartlib.Chart] = field(metadata={"help": "inline SVG charts (geometry from charts.py)"})
+    phase_legend: list[chartlib.LegendItem] = field(metadata={"help": "phase colours, shared by all charts"})
+    ranks: list[RankRow] = field(metadata={"help": "per-rank metrics table"})
+    load_issues: list[dict] = field(metadata={"help": "load_issues rows of the summary, unchanged"})
+    db_path: str = field(metadata={"help": "path of trace.duckdb as the user would type it"})
+    example_commands: list[str] = field(metadata={"help": "commands to explore the database further"})
+    css: Markup = field(metadata={"help": "the stylesheet, inlined"})
+    js: Markup = field(metadata={"help": "the script (copy buttons), inlined"})
+    script_hash: str = field(metadata={"help": "CSP 'sha256-...' of `js`: only the report's own script may run"})
+
+
+def _asset(name: str) -> Markup:
+    text = resources.files("traceanalyze.output").joinpath("templates", name).read_text(encoding="utf-8")
+    return Markup(text)
+
+
+def _csp_hash(script: str) -> str:
+    """The CSP source allowing exactly this inline script (deterministic, unlike a nonce)."""
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+
+
+def sql_command(db_path: str, sql: str) -> str:
+    """A shell command running `sql` on the database: one line, double quotes when safe to paste."""
+    lines = [line for line in sql.strip().splitlines() if not line.strip().startswith("--")]
+    text = "\n".join(lines).strip().rstrip(";").strip()
+    if "--" not in text:  # no comment left that a newline would end
+        text = " ".join(text.split())
+    quoted = f'"{text}"' if not any(c in text for c in '"\\$`!') else shlex.quote(text)
+    return f"traceanalyze sql {shlex.quote(db_path)} {quoted}"
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 1e15 else f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _evidence_value(key: str, value) -> str:
+    """Evidence numbers for reading: 8,388,608 (8.0 MiB)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value:,}"
+        return f"{text} ({fmt_bytes(value)})" if key.endswith("_bytes") and abs(value) >= 1024 else text
+    return _cell(value)
+
+
+def _advice_blocks(advice: str) -> list[tuple[str, str]]:
+    blocks: list[tuple[str, str]] = []
+    for line in (advice or "").splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped[:2] in ("- ", "* "):
+            blocks.append(("li", stripped[2:]))
+        elif blocks and blocks[-1][0] == "p" and line.startswith(" "):
+            blocks[-1] = ("p", blocks[-1][1] + " " + stripped)
+        else:
+            blocks.append(("p", stripped))
+    return blocks
+
+
+def _finding_view(i: int, f: dict, db_path: str, world_size: int) -> FindingView:
+    evidence = {k: v for k, v in (f.get("evidence") or {}).items() if k != "events"}
+    events = (f.get("evidence") or {}).get("events") or []
+    columns: list[str] = []
+    for row in events:
+        columns += [k for k in row if k not in columns]
+    cost = f.get("cost") or {}
+    pct = cost.get("pct_of_step")
+    ranks = f.get("ranks") or []
+    return FindingView(
+        anchor=f"f{i + 1}", rule=f["rule"], severity=f["severity"], title=f["title"],
+        ranks="all" if world_size > 1 and len(ranks) == world_size else fmt_ranks(ranks),
+        steps=fmt_steps(f.get("steps") or []),
+        cost_ms=fmt_ms(cost.get("ms_per_step")), cost_pct=fmt_pct(pct),
+        cost_bar_pct=min(max(pct or 0.0, 0.0), 100.0), has_cost=cost.get("ms_per_step") is not None,
+        advice=_advice_blocks(f.get("advice") or ""),
+        evidence=[(k, _evidence_value(k, v)) for k, v in evidence.items()],
+        event_columns=columns,
+        event_rows=[[_cell(row.get(c)) for c in columns] for row in events[:MAX_EVENT_ROWS]],
+        event_hot=[0 < len(set(ranks)) < world_size and row.get("rank") in ranks for row in events[:MAX_EVENT_ROWS]],
+        events_total=len(events),
+        sql=(f.get("sql") or "").strip(),
+        sql_command=sql_command(db_path, f["sql"]) if f.get("sql") else "",
+    )
+
+
+def order_findings(findings: list[dict]) -> list[dict]:
+    """Largest cost first; findings without a cost after, by severity."""
+    def key(f: dict):
+        ms = (f.get("cost") or {}).get("ms_per_step")
+        return (ms is None, -(ms or 0.0), SEVERITY_ORDER.get(f["severity"], 9), f["rule"])
+    return sorted(findings, key=key)
+
+
+def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
+    st = summary["steps"]
+    median, worst = st.get("median_rank_step_ms"), st.get("worst_rank_step_ms")
+    slower = (100 * (worst - median) / median) if median and worst is not None else None
+    kpis = [Kpi("Median rank step", fmt_ms(median), "own step time: without waiting for other ranks")]
+    if summary["world_size"] > 1 and st.get("worst_rank") is not None:
+        tone = "bad" if slower is not None and slower >= 5 else ""
+        detail = f"{fmt_ms(worst)} per step" + (f", {slower:+.1f}% vs median" if slower is not None else "")
+        kpis.append(Kpi("Worst rank", f"rank {st['worst_rank']}", detail, tone))
+    aligned = st.get("aligned") or []
+    kpis.append(Kpi("Steps compared", str(len(aligned)),
+                    f"steps {fmt_steps(aligned)} on all {summary['world_size']} ranks"))
+    if ordered and (ordered[0].get("cost") or {}).get("ms_per_step") is not None:
+        cost = ordered[0]["cost"]
+        kpis.append(Kpi("Biggest cost", fmt_ms(cost["ms_per_step"]) + "/step",
+                        f"{fmt_pct(cost.get('pct_of_step'))} of the step · {ordered[0]['rule']}", "bad"))
+    elif ordered:
+        kpis.append(Kpi("Findings", str(len(ordered)), "none with a cost in time per step"))
+    else:
+        kpis.append(Kpi("Findings", "0", "no rule fired", "good"))
+    return kpis
+
+
+def _rank_rows(summary: dict) -> list[RankRow]:
+    hot = chartlib.hot_ranks(summary)
+    rows = []
+    for r in summary["ranks"]:
+        m = r["metrics"]
+        st = m["step_time_ms"]
+        offset = r.get("clock_offset_ns")
+        rows.append(RankRow(
+            rank=r["rank"], file_name=Path(r.get("file") or "").name, file=r.get("file") or "",
+            clock_offset="—" if offset is None else f"{offset / 1e6:+.3f} ms", steps=m["steps"],
+            median=fmt_ms(st.get("median")), p95=fmt_ms(st.get("p95")), max=fmt_ms(st.get("max")),
+            comm=fmt_ms(m.get("comm_ms_per_step")), gpu_busy=fmt_pct(m.get("gpu_busy_pct")),
+            peak_memory=fmt_bytes(m.get("peak_memory_bytes")), hot=r["rank"] in hot))
+    return rows
+
+
+def _meta_line(summary: dict) -> str:
+    gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
+    aligned = summary["steps"].get("aligned") or []
+    return (f"{summary['world_size']} rank{'s' if summary['world_size'] != 1 else ''} · "
+            f"{len(aligned)} aligned step{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}) · "
+            f"{'GPU' if gpu else 'CPU-only'} trace")
+
+
+def _verdict(ordered: list[dict]) -> tuple[str, str]:
+    serious = [f for f in ordered if f["severity"] in ("error", "warning")]
+    if serious:
+        return serious[0]["title"], serious[0]["severity"]
+    if ordered:
+        return ordered[0]["title"], "info"
+    return "No problem found: no rule fired on this trace.", "ok"
+
+
+def build_context(summary: dict, db_path: str) -> ReportContext:
+    """The report's context from a summary dict (the summary.json contract)."""
+    ordered = order_findings(summary["findings"])
+    js = _asset("report.js")
+    verdict, verdict_severity = _verdict(ordered)
+    counts = {s: sum(1 for f in ordered if f["severity"] == s) for s in ("error", "warning", "info")}
+    name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
+    return ReportContext(
+        title=name, trace_dir=summary["trace_dir"], tool_version=summary["tool_version"],
+        meta_line=_meta_line(summary), verdict=verdict, verdict_severity=verdict_severity,
+        kpis=_kpis(summary, ordered),
+        findings=[_finding_view(i, f, db_path, summary["world_size"]) for i, f in enumerate(ordered)],
+        severity_counts=counts, charts=chartlib.build_charts(summary), phase_legend=chartlib.phase_legend(),
+        ranks=_rank_rows(summary), load_issues=list(summary["load_issues"]), db_path=db_path,
+        example_commands=[
+            f"traceanalyze sql {shlex.quote(db_path)} --schema",
+            f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, dur_ns / 1e6 AS ms FROM steps ORDER BY step, rank"',
+            f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, op, seq, dur_ns / 1e6 AS ms FROM collectives ORDER BY seq, rank"',
+        ],
+        css=_asset("report.css"), js=js, script_hash=_csp_hash(js),
+    )
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("traceanalyze.output", "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.globals["PHASE_LABELS"] = PHASE_LABELS
+    env.globals["PHASES"] = PHASES
+    return env
+
+
+def render_html(context: ReportContext) -> str:
+    return _environment().get_template("report.html").render(ctx=context)
+
+
+def write_html(summary: dict, out_path: Path, db_path: str) -> Path:
+    """Render the report for `summary` into `out_path` (one file)."""
+    out_path.write_text(render_html(build_context(summary, db_path)), encoding="utf-8")
+    return out_path
+
+
+def undocumented_fields() -> list[str]:
+    """Context fields without help text (a contract test keeps this empty)."""
+    return [f"{cls.__name__}.{f.name}" for cls in (ReportContext, FindingView)
+            for f in fields(cls) if not f.metadata.get("help")]

@@ -1,0 +1,155 @@
+"""summary dict -> the compact verdict printed in the terminal (plain text, 80 columns)."""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+from pathlib import Path
+
+import click
+
+from traceanalyze.output.charts import hot_ranks
+from traceanalyze.output.html import order_findings
+from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_ranks, fmt_steps
+
+WIDTH = 80
+MAX_RANK_ROWS = 8
+PHASE_HEADS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
+               "optimizer": "optim", "comm_exposed": "comm", "other": "other"}
+SEVERITY_STYLE = {"error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "bold": True},
+                  "info": {"fg": "blue", "bold": True}}
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, **style) -> str:
+        return click.style(text, **style) if self.color else text
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if value else "0"
+
+
+def _header(summary: dict, st: _Style) -> list[str]:
+    aligned = summary["steps"].get("aligned") or []
+    gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
+    name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
+    n = summary["world_size"]
+    return [st(name, bold=True) + f" - {n} rank{'s' if n != 1 else ''}, {len(aligned)} aligned step"
+            f"{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}), {'GPU' if gpu else 'CPU-only'}"]
+
+
+def _step_line(summary: dict, st: _Style) -> list[str]:
+    steps = summary["steps"]
+    median, worst = steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms")
+    if summary["world_size"] < 2 or steps.get("worst_rank") is None:
+        return [f"Step time  {fmt_ms(median)} (median)"]
+    delta = f" ({100 * (worst - median) / median:+.1f}%)" if median and worst is not None else ""
+    return [f"Own step time  median rank {fmt_ms(median)} | worst: rank {steps['worst_rank']} "
+            f"{fmt_ms(worst)}{delta}",
+            "  (own = the step minus the time spent waiting for other ranks)"]
+
+
+def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
+    ranks = summary["ranks"]
+    if len(ranks) <= MAX_RANK_ROWS:
+        return ranks
+    return [r for r in ranks if r["rank"] in hot][:MAX_RANK_ROWS]
+
+
+def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
+    head = "Phases (ms/step)".ljust(17) + "".join(PHASE_HEADS[p].rjust(7) for p in PHASES) + "   step"
+    lines = [head]
+    rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
+            for r in _shown_ranks(summary, hot)]
+    if len(summary["ranks"]) > MAX_RANK_ROWS:
+        median = {p: statistics.median([(r["metrics"]["phases_ms"].get(p) or 0) for r in summary["ranks"]])
+                  for p in PHASES}
+        rows.insert(0, ("  median rank", median))
+    for label, phases in rows:
+        total = sum(v or 0 for v in phases.values())
+        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(total).rjust(7)
+        lines.append(st(text, bold=True) if label.endswith("*") else text)
+    hidden = len(summary["ranks"]) - len(rows) + (1 if len(summary["ranks"]) > MAX_RANK_ROWS else 0)
+    if hidden > 0:
+        lines.append(f"  ({hidden} more ranks in report.html)")
+    if hot:
+        lines.append("  * named by a finding, or the slowest rank")
+    return lines
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _first_advice(advice: str) -> str:
+    for line in (advice or "").splitlines():
+        text = line.strip().lstrip("-* ").strip()
+        if text:
+            return text
+    return ""
+
+
+def _finding_lines(f: dict, world_size: int, st: _Style) -> list[str]:
+    sev = f["severity"].upper().ljust(7)
+    cost = f.get("cost") or {}
+    ranks = f.get("ranks") or []
+    who = "all ranks" if world_size > 1 and len(ranks) == world_size else (
+        f"rank{'s' if len(ranks) != 1 else ''} {fmt_ranks(ranks)}" if ranks else "no rank")
+    parts = [f["rule"], who]
+    if cost.get("ms_per_step") is not None:
+        parts.append(f"{fmt_ms(cost['ms_per_step'])}/step ({fmt_pct(cost.get('pct_of_step'))})")
+    indent = " " * 9
+    lines = [" " + st(sev, **SEVERITY_STYLE.get(f["severity"], {})) + " " + " | ".join(parts)]
+    lines += textwrap.wrap(f["title"], WIDTH, initial_indent=indent, subsequent_indent=indent)
+    advice = _first_advice(f.get("advice") or "")
+    if advice:
+        lines += textwrap.wrap(advice, WIDTH, initial_indent=indent + "try: ", subsequent_indent=indent + "     ")
+    return lines
+
+
+def _findings(summary: dict, st: _Style) -> list[str]:
+    by_cost = order_findings(summary["findings"])
+    ordered = sorted(by_cost, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))  # stable: cost within
+    if not ordered:
+        return ["No findings: no rule fired on this trace."]
+    counts = [_plural(sum(1 for f in ordered if f["severity"] == sev), sev) for sev in ("error", "warning")]
+    counts.append(f"{sum(1 for f in ordered if f['severity'] == 'info')} info")
+    lines = [f"Findings ({', '.join(counts)}), by severity, then cost"]
+    for f in ordered:
+        lines += _finding_lines(f, summary["world_size"], st)
+    return lines
+
+
+def _load_issues(summary: dict, st: _Style) -> list[str]:
+    issues = summary["load_issues"]
+    warnings = [i for i in issues if i["severity"] in ("warning", "error")]
+    if not issues:
+        return []
+    notes = len(issues) - len(warnings)
+    lines = [f"Load issues: {_plural(len(warnings), 'warning')}, {_plural(notes, 'note')}"]
+    for issue in (warnings or issues)[:3]:
+        who = f"rank {issue['rank']}: " if issue.get("rank") is not None else ""
+        lines += textwrap.wrap(f"{who}{issue['message']}", WIDTH, initial_indent="  ",
+                               subsequent_indent="    ")
+    if len(warnings or issues) > 3:
+        lines.append(f"  ... {len(warnings or issues) - 3} more in the report")
+    return lines
+
+
+def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bool = False) -> str:
+    """The terminal verdict; `outputs` are (label, path) lines printed at the end."""
+    st = _Style(color)
+    hot = hot_ranks(summary)
+    blocks = [_header(summary, st) + _step_line(summary, st), _phase_table(summary, hot, st),
+              _findings(summary, st), _load_issues(summary, st),
+              [f"{label:<8} {path}" for label, path in outputs]]
+    return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"

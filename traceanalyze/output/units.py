@@ -1,0 +1,78 @@
+"""How numbers read to a person: ms, bytes, percentages (shared by the terminal and HTML renderers)."""
+
+from __future__ import annotations
+
+import math
+
+PHASES = ["data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other"]
+PHASE_LABELS = {
+    "data_wait": "data wait",
+    "h2d": "H2D copy",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "comm_exposed": "comm exposed",
+    "other": "other",
+}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def fmt_ms(value: float | None) -> str:
+    """12.3 ms, 150 ms, 0.42 ms; an em dash when unknown."""
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f} ms"
+    if abs(value) >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def fmt_pct(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f}%" if abs(value) >= 10 else f"{value:.1f}%"
+
+
+def fmt_bytes(value: int | None) -> str:
+    """Binary units: 7.0 MiB."""
+    if value is None:
+        return "—"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+def fmt_steps(steps: list[int]) -> str:
+    """[2, 3, 4, 7] -> '2-4, 7'."""
+    if not steps:
+        return "none"
+    ordered = sorted(set(steps))
+    runs: list[list[int]] = [[ordered[0], ordered[0]]]
+    for s in ordered[1:]:
+        if s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def fmt_ranks(ranks: list[int]) -> str:
+    return fmt_steps(ranks).replace("none", "—")
+
+
+def nice_ticks(max_value: float, count: int = 4) -> list[float]:
+    """Round axis ticks from 0 up to at least max_value: 0, 50, 100, 150."""
+    if max_value <= 0:
+        return [0.0]
+    raw = max_value / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    return [i * step for i in range(int(math.ceil(max_value / step)) + 1)]
+
+
+def fmt_tick(value: float) -> str:
+    return f"{value:g}"
