@@ -260,7 +260,7 @@ def _versions(args) -> dict:
         out["traceanalyze"] = __version__
     except ImportError:
         pass
-    if "hta" in args.tools:
+    if os.path.exists(args.hta_python):
         r = subprocess.run([args.hta_python, "-c",
                             "import importlib.metadata as m, pandas; "
                             "print(m.version('HolisticTraceAnalysis'), pandas.__version__)"],
@@ -332,9 +332,23 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
 - hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),
   timeout {args.timeout:.0f} s.
 
+- load average of the machine (1/5/15 min) when the table was written: {_loadavg()}
+  (a shared 2-core machine: when it is above 2, wall seconds are inflated by other work
+  and CPU s is the better guide).
+
 {table(results)}
 """
+    marker = "<!-- notes: kept when the benchmark rewrites this file -->"
+    if path.exists() and marker in path.read_text():
+        text += "\n" + marker + path.read_text().split(marker, 1)[1]
     path.write_text(text)
+
+
+def _loadavg() -> str:
+    try:
+        return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 # ----------------------------------------------------------------------------- main
@@ -344,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100MB,500MB,500MB.gz,2GB",
                     help="comma-separated: 100MB, 500MB, 2GB, and NAME.gz for a gzipped copy")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
-    ap.add_argument("--tools", default="traceanalyze,hta", help="traceanalyze, hta")
+    ap.add_argument("--tools", default="traceanalyze,hta",
+                    help="traceanalyze, hta (none: only rewrite the table from stored measurements)")
     ap.add_argument("--scratch", type=Path, default=DEFAULT_SCRATCH)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),

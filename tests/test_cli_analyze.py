@@ -117,14 +117,26 @@ def test_explicit_analyze_subcommand_is_the_same_command(tmp_path, cli):
     ["{fixture}", "--param", "not-a-param"],
     ["{fixture}", "--param", "no-such-rule.min_late_ms=3"],
     ["{fixture}", "--format", "yaml"],
+    ["{fixture}", "--out", "{file}/sub"],
 ], ids=["missing-dir", "empty-dir", "absent-rank", "bad-ranks", "malformed-param", "unknown-rule",
-        "bad-format"])
+        "bad-format", "out-under-a-file"])
 def test_bad_input_exits_2_with_one_line_and_no_traceback(args, tmp_path, cli):
     (tmp_path / "empty").mkdir()
-    subs = {"missing": tmp_path / "nope", "empty": tmp_path / "empty", "fixture": FIXTURES / "balanced"}
-    argv = [a.format(**subs) for a in args] + ["--out", str(tmp_path / "out")]
+    (tmp_path / "a-file").write_text("x")
+    subs = {"missing": tmp_path / "nope", "empty": tmp_path / "empty", "fixture": FIXTURES / "balanced",
+            "file": tmp_path / "a-file"}
+    argv = [a.format(**subs) for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
     result = cli(*argv)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1, result.stderr
+
+
+def test_a_mistyped_param_fails_before_the_traces_are_loaded(tmp_path, cli):
+    result = cli(FIXTURES / "balanced", "--param", "collective-straggler.no_such_param=1", "--out", tmp_path / "o")
+    assert result.returncode == 2
+    assert "no_such_param" in result.stderr
+    assert not (tmp_path / "o" / "trace.duckdb").exists()

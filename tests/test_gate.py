@@ -232,15 +232,16 @@ def test_cli_options_change_the_verdict(tmp_path):
 
 
 @pytest.mark.parametrize("make_args", [
-    lambda d: [d / "missing.json"],                                    # no such file
-    lambda d: [_text(d / "summary.json", "{not json")],                # broken JSON
-    lambda d: [_text(d / "summary.json", '{"schema": "other/9"}')],    # not our schema
+    lambda d: [d / "missing.json"],
+    lambda d: [_text(d / "summary.json", "{not json")],
+    lambda d: [_text(d / "summary.json", '{"schema": "other/9"}')],
     lambda d: [_text(d / "summary.json", json.dumps({**make_summary(EVEN), "findings": [{"title": "x"}]}))],
-    lambda d: [_ok(d), "--baseline", d / "missing.json"],             # missing baseline
-    lambda d: [_ok(d), "--fail-on", "fatal"],                          # usage error
-    lambda d: [_ok(d), "--max-regression", "-5"],                      # usage error
-    lambda d: [_ok(d), "--format", "xml"],                             # usage error
-])
+    lambda d: [_ok(d), "--baseline", d / "missing.json"],
+    lambda d: [_ok(d), "--fail-on", "fatal"],
+    lambda d: [_ok(d), "--max-regression", "-5"],
+    lambda d: [_ok(d), "--format", "xml"],
+], ids=["missing-file", "broken-json", "other-schema", "finding-without-rule", "missing-baseline",
+        "bad-fail-on", "negative-max-regression", "unknown-format"])
 def test_cli_exit_2_on_usage_or_input_errors(tmp_path, make_args):
     res = _check(*make_args(tmp_path))
     assert res.exit_code == 2, res.output

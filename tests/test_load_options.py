@@ -37,7 +37,7 @@ def query(db: Path, sql: str, *params):
 def assert_clean_error(proc, *words):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("traceanalyze: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     for w in words:
         assert w in lines[0], (w, lines[0])

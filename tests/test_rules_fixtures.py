@@ -146,3 +146,61 @@ def test_resnet_dataloader_stall_with_0_workers_and_much_less_with_4(analyse):
     assert stall.at_least("warning")
     assert stall.cost.pct_of_step == pytest.approx(100 * share0, abs=1.0)
     assert not [f for f in analyse(nw4)[0] if f.rule == "dataloader-stall"]
+
+
+def _phases(db: Path) -> dict[int, dict[str, float]]:
+    """{rank: {phase: mean ms per aligned step}} from the summary built on the database."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        summary = build_summary(con, str(db), None)
+    finally:
+        con.close()
+    return {r["rank"]: r["metrics"]["phases_ms"] for r in summary["ranks"]}
+
+
+def _param(scenario: str, key: str) -> dict:
+    return json.loads((FIXTURES / scenario / "expected.json").read_text())["params"][key]
+
+
+def test_phases_show_rank2s_injected_data_wait(analyse):
+    sleep_ms = 1000 * _param("input_straggler", "nominal_sleep_per_batch_s")["2"]
+    phases = _phases(analyse(FIXTURES / "input_straggler")[2])
+    assert phases[2]["data_wait"] >= 0.8 * sleep_ms
+    for rank in (0, 1, 3):
+        assert phases[rank]["data_wait"] < 0.2 * sleep_ms
+        assert phases[rank]["comm_exposed"] >= 0.5 * sleep_ms  # they wait for rank 2 in the all-reduce
+
+
+def test_phases_show_every_ranks_injected_data_wait(analyse):
+    sleep_ms = 1000 * _param("slow_dataloader", "nominal_sleep_per_batch_s")["all"]
+    for phases in _phases(analyse(FIXTURES / "slow_dataloader")[2]).values():
+        assert phases["data_wait"] >= 0.8 * sleep_ms
+
+
+def test_phases_show_rank0s_host_work_as_other_and_the_others_waiting(analyse):
+    sleep_ms = 1000 * _param("rank0_barrier", "host_work_sleep_s")["0"]
+    phases = _phases(analyse(FIXTURES / "rank0_barrier")[2])
+    assert phases[0]["other"] >= 0.8 * sleep_ms
+    for rank in (1, 2, 3):
+        assert phases[rank]["other"] < 0.2 * sleep_ms
+        assert phases[rank]["comm_exposed"] >= 0.8 * sleep_ms
+
+
+def test_phase_intervals_tile_every_step_exactly(analyse):
+    _, _, db = analyse(FIXTURES / "input_straggler")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        bad = con.execute("""
+            WITH ordered AS (
+                SELECT p.*, s.ts_ns AS step_ts_ns, s.end_ns AS step_end_ns,
+                       lag(p.end_ns) OVER (PARTITION BY p.rank, p.step ORDER BY p.ts_ns) AS prev_end_ns
+                FROM phase_intervals AS p JOIN steps AS s USING (rank, step))
+            SELECT rank, step, ts_ns FROM ordered
+            WHERE coalesce(prev_end_ns, step_ts_ns) <> ts_ns OR end_ns > step_end_ns
+            UNION ALL
+            SELECT s.rank, s.step, NULL FROM steps AS s JOIN phase_intervals AS p USING (rank, step)
+            GROUP BY s.rank, s.step, s.dur_ns HAVING sum(p.dur_ns) <> s.dur_ns
+        """).fetchall()
+    finally:
+        con.close()
+    assert bad == []

@@ -36,7 +36,7 @@ def kernels(db):
 def one_line_error(proc, *words):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("traceanalyze: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     for w in words:
         assert w.lower() in lines[0].lower(), (w, lines[0])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from traceanalyze import db as tracedb
+from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 
 Progress = Callable[[str], None]
@@ -49,12 +50,10 @@ def write_summary_json(summary: dict, path: Path) -> Path:
     return path
 
 
-def build_trace_summary(db_path: Path, trace_dir: str, params: list[str], config_dir: Path) -> dict:
-    """Rules + metrics on a loaded database -> the summary dict (stage 4-5)."""
-    from traceanalyze.config import load_config
+def build_trace_summary(db_path: Path, trace_dir: str, config) -> dict:
+    """Rules + metrics on a loaded database -> the summary dict (stages 4-5)."""
     from traceanalyze.summary import build_summary
 
-    config = load_config(config_dir, list(params))
     con = tracedb.connect(db_path, read_only=True)
     try:
         return build_summary(con, trace_dir, config)
@@ -68,6 +67,37 @@ def default_out_dir(trace_dir: Path) -> Path:
     return Path("reports") / (name or "trace")
 
 
+def _make_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceanalyzeError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
+
+
+def _write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,
+                   say: Progress) -> AnalysisPaths:
+    report_html = perfetto_trace = None
+    try:
+        summary_json = write_summary_json(summary, out_dir / "summary.json")
+        if html:
+            from traceanalyze.output.html import write_html
+
+            say("writing report.html")
+            report_html = write_html(summary, out_dir / "report.html", str(db_path))
+        if perfetto:
+            from traceanalyze.output.perfetto import write_perfetto_trace
+
+            say("writing the merged Perfetto trace")
+            con = tracedb.connect(db_path, read_only=True)
+            try:
+                perfetto_trace = write_perfetto_trace(con, summary, out_dir / "trace.perfetto-trace")
+            finally:
+                con.close()
+    except OSError as exc:
+        raise TraceanalyzeError(f"cannot write: {exc.strerror}", exc.filename or str(out_dir)) from None
+    return AnalysisPaths(out_dir, db_path, summary_json, report_html, perfetto_trace)
+
+
 def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] | None = None,
                  params: list[str] | tuple = (), *, html: bool = True, perfetto: bool = False,
                  reuse: bool = True, progress: Progress | None = None,
@@ -75,30 +105,18 @@ def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] |
     """Analyze the traces under `trace_dir`; write trace.duckdb, summary.json and the reports into `out_dir`.
 
     `out_dir` defaults to reports/<trace dir name>/, `ranks` None means all ranks, `params` are
-    RULE.NAME=VALUE overrides. Bad input raises TraceanalyzeError (exit code 2 in the CLI).
+    RULE.NAME=VALUE overrides, the configuration file is looked up from `config_dir` (default:
+    the working folder). Bad input raises TraceanalyzeError (exit code 2 in the CLI).
     """
+    from traceanalyze.config import load_config
+
     say = progress or (lambda _msg: None)
     trace_dir = Path(trace_dir)
+    config = load_config(config_dir or Path.cwd(), list(params))  # a typo fails before the long load
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(trace_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_out_dir(out_dir)
     db_path = out_dir / "trace.duckdb"
     load_trace_dir(trace_dir, db_path, ranks, reuse=reuse, progress=say)
     say("running rules")
-    summary = build_trace_summary(db_path, str(trace_dir), list(params), config_dir or Path.cwd())
-    summary_json = write_summary_json(summary, out_dir / "summary.json")
-    report_html = perfetto_trace = None
-    if html:
-        from traceanalyze.output.html import write_html
-
-        say("writing report.html")
-        report_html = write_html(summary, out_dir / "report.html", str(db_path))
-    if perfetto:
-        from traceanalyze.output.perfetto import write_perfetto_trace
-
-        say("writing the merged Perfetto trace")
-        con = tracedb.connect(db_path, read_only=True)
-        try:
-            perfetto_trace = write_perfetto_trace(con, summary, out_dir / "trace.perfetto-trace")
-        finally:
-            con.close()
-    return AnalysisResult(summary, AnalysisPaths(out_dir, db_path, summary_json, report_html, perfetto_trace))
+    summary = build_trace_summary(db_path, str(trace_dir), config)
+    return AnalysisResult(summary, _write_outputs(summary, out_dir, db_path, html, perfetto, say))

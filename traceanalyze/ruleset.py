@@ -9,8 +9,9 @@ and `cases.yaml` (the rule's tests). Where SQL truly cannot express a check, a
 detect.sql row contract: `ranks` (INTEGER[]), `steps` (BIGINT[]), `ms_per_step` and
 `pct_of_step` (DOUBLE, may be NULL); optional `severity` (info | warning | error, to
 escalate); every other column becomes `evidence[column]`. `message` and `advice` in
-rule.yaml are `str.format` templates over the row's columns and the parameters. Parameters are bound as
-DuckDB named parameters (`$min_gap_us`); SQL is never built by string formatting.
+rule.yaml are `str.format` templates over the row's columns and the parameters.
+Parameters are bound as DuckDB named parameters (`$min_gap_us`); SQL is never built by
+string formatting.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.findings import SEVERITIES, Cost, Finding, sort_findings
 
 REQUIRED_COLUMNS = ("ranks", "steps", "ms_per_step", "pct_of_step")
-DOC_SECTIONS = ("what", "why", "example", "fix")
+DOC_SECTIONS = ("what", "why", "example", "fix", "tuning")  # tuning: why the thresholds
 UNITS = {"ns": "_ns", "us": "_us", "ms": "_ms", "%": "_pct", "bytes": "_bytes", "count": "_count",
          "ratio": "_ratio"}
 MAX_EVENTS = 50
@@ -63,8 +64,8 @@ class Param:
         else:
             ok = isinstance(raw, want)
         if not ok:
-            raise TraceanalyzeError(f"parameter {self.name} expects a {want.__name__} ({self.unit}), "
-                                    f"not {raw!r}")
+            kind = "number" if want in (int, float) else want.__name__
+            raise ValueError(f"expects a {kind} ({self.unit}), not {raw!r}")
         return raw
 
     def _parse_text(self, text: str) -> Any:
@@ -154,13 +155,15 @@ def load_rule(folder: Path) -> Rule:
     detect_py = folder / "detect.py" if (folder / "detect.py").is_file() else None
     if (detect_sql is None) == (detect_py is None):
         raise RuleDefinitionError("needs exactly one of detect.sql or detect.py", str(folder))
-    docs = data["docs"]
+    docs, advice = data["docs"], data["advice"]
     if not isinstance(docs, dict):
-        raise RuleDefinitionError("docs must be a mapping (what, why, example, fix)", where)
+        raise RuleDefinitionError(f"docs must be a mapping ({', '.join(DOC_SECTIONS)})", where)
+    if not isinstance(advice, str) and not (isinstance(advice, dict) and advice):
+        raise RuleDefinitionError("advice must be a text or a mapping of cause -> text", where)
     return Rule(
         id=str(data["id"]), title=str(data["title"]).strip(), severity=data["severity"],
         params=_parse_params(data.get("params"), where), message=str(data["message"]).strip(),
-        advice=data["advice"], docs={k: str(v).strip() for k, v in docs.items()}, folder=folder,
+        advice=advice, docs={k: str(v).strip() for k, v in docs.items()}, folder=folder,
         detect_sql=detect_sql, evidence_sql=_optional_text(folder / "evidence.sql"),
         detect_py=detect_py, references=tuple(data.get("references") or ()),
     )
@@ -305,7 +308,10 @@ def resolve_params(rule: Rule, overrides: Mapping[str, Any] | None = None) -> di
         if name not in rule.params:
             known = ", ".join(sorted(rule.params)) or "none"
             raise TraceanalyzeError(f"rule {rule.id} has no parameter {name!r} (parameters: {known})")
-        values[name] = rule.params[name].coerce(raw)
+        try:
+            values[name] = rule.params[name].coerce(raw)
+        except ValueError as exc:
+            raise TraceanalyzeError(f"parameter {rule.id}.{name} {exc}") from None
     return values
 
 

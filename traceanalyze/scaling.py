@@ -20,7 +20,8 @@ Definitions (also printed by `traceanalyze scaling --format json` under "definit
   global batch (the work is split W ways, so ideally the step time falls as 1/W). Equals E(W) then.
 - expected phase time at W = the baseline's phase time x (per-rank samples at W / at W0): ideal
   scaling keeps every phase proportional to the work per rank. Lost time of a phase = actual -
-  expected; the lost times add up to T(W) minus the ideal step time.
+  expected; the lost times add up to the mean rank's step time minus the ideal step time (phases
+  are means over ranks, T(W) is the slowest rank's; in DDP they differ by little).
 - phases: those of `step_phases` (data_wait, h2d, forward, backward, optimizer, other), with
   comm_exposed split into `wait` (waiting for the last rank to reach a collective, the largest
   `collective_arrivals.wait_for_last_ns` of the step, capped at comm_exposed) and
@@ -51,7 +52,7 @@ DEFINITIONS = {
     "weak_efficiency_pct": "T(W0) / T(W) x 100, only when every run has the same per-rank batch",
     "strong_efficiency_pct": "T(W0) x W0 / (T(W) x W) x 100, only when every run has the same global batch",
     "expected_phases_ms": "baseline phase time x (per-rank samples at W / per-rank samples at W0)",
-    "lost_ms": "actual phase time - expected phase time; sums to T(W) - ideal step time",
+    "lost_ms": "actual phase time - expected phase time; sums to the mean rank step time - ideal step time",
     "wait": "time blocked in collectives waiting for the last rank (largest wait_for_last of the step)",
     "communication": "exposed communication (comm_exposed) minus wait",
 }

@@ -17,7 +17,13 @@ import duckdb
 
 from traceanalyze import __version__
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.metrics import memory_by_step, missing_tables, rank_metrics, step_comparison, timeline
+from traceanalyze.metrics import (
+    memory_by_step,
+    missing_tables,
+    rank_metrics,
+    step_comparison,
+    timeline,
+)
 from traceanalyze.ruleset import run_rules
 
 SCHEMA = "traceanalyze.summary/1"

@@ -112,5 +112,13 @@ def _finding(complete: dict, matched: dict, step_ms: float) -> dict:
         "compute_tokens_per_s": mine["compute_tokens_per_s"],
         "others_compute_tokens_per_s": others_tps,
         "median_step_ms": step_ms,
-        "per_rank": per_rank,
+        "tokens_per_step_by_rank": _by_rank(per_rank, "tokens_per_step", "{:.0f}"),
+        "max_seq_len_by_rank": _by_rank(per_rank, "max_seq_len", "{:.0f}"),
+        "padding_pct_by_rank": _by_rank(per_rank, "padding_pct", "{:.1f}"),
+        "compute_tokens_per_s_by_rank": _by_rank(per_rank, "compute_tokens_per_s", "{:,.0f}"),
     }
+
+
+def _by_rank(per_rank: list[dict], key: str, fmt: str) -> str:
+    """'0: 1008, 1: 1016, 3: 8184' (n/a where unknown): one readable line for the report."""
+    return ", ".join(f"{r['rank']}: " + ("n/a" if r[key] is None else fmt.format(r[key])) for r in per_rank)

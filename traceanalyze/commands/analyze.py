@@ -21,7 +21,7 @@ def _color_wanted() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
-@click.command("analyze")
+@click.command("analyze", short_help="Analyze traces: verdict, report.html, summary.json (the default).")
 @click.argument("trace_dir", type=click.Path(path_type=Path))
 @click.option("--ranks", default="all", show_default=True,
               help="Ranks to load: all, a list (0,3) or a range (0-7).")

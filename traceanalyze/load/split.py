@@ -139,17 +139,22 @@ def _parse_metadata(head: bytes, tail: bytes) -> dict | None:
 def _find_events_end(pending: bytes, head: bytes) -> tuple[int, dict] | None:
     """Where the events array closes within `pending` (the last bytes of the file)."""
     pos = len(pending)
+    found = None
     for _ in range(TAIL_CANDIDATES):
         pos = pending.rfind(b"]", 0, pos)
         if pos < 0:
-            return None
-        before = pending[:pos].rstrip()
+            break
+        j = pos - 1
+        while j >= 0 and pending[j] in b" \t\r\n":
+            j -= 1
         # the last event is usually an object, but any JSON value may end the array
-        if (before and not before.endswith(b",")) or (not before and head.rstrip().endswith(b"[")):
+        if (j >= 0 and pending[j] != ord(",")) or (j < 0 and head.rstrip().endswith(b"[")):
             meta = _parse_metadata(head, pending[pos + 1:])
             if meta is not None:
-                return pos, meta
-    return None
+                # keep looking: a later top-level list ("INFO": [...]) also reads as valid
+                # metadata; the events end at the first `]` that does
+                found = pos, meta
+    return found
 
 
 def _complete_events_prefix(text: bytes) -> int:

@@ -25,6 +25,7 @@ from traceanalyze.output.units import (
     fmt_bytes,
     fmt_ms,
     fmt_pct,
+    fmt_rank_count,
     fmt_ranks,
     fmt_steps,
 )
@@ -161,7 +162,7 @@ def _advice_blocks(advice: str) -> list[tuple[str, str]]:
     return blocks
 
 
-def _finding_view(i: int, f: dict, db_path: str, world_size: int) -> FindingView:
+def _finding_view(i: int, f: dict, db_path: str, n_ranks: int) -> FindingView:
     evidence = {k: v for k, v in (f.get("evidence") or {}).items() if k != "events"}
     events = (f.get("evidence") or {}).get("events") or []
     columns: list[str] = []
@@ -172,7 +173,7 @@ def _finding_view(i: int, f: dict, db_path: str, world_size: int) -> FindingView
     ranks = f.get("ranks") or []
     return FindingView(
         anchor=f"f{i + 1}", rule=f["rule"], severity=f["severity"], title=f["title"],
-        ranks="all" if world_size > 1 and len(ranks) == world_size else fmt_ranks(ranks),
+        ranks="all" if n_ranks > 1 and len(set(ranks)) == n_ranks else fmt_ranks(ranks),
         steps=fmt_steps(f.get("steps") or []),
         cost_ms=fmt_ms(cost.get("ms_per_step")), cost_pct=fmt_pct(pct),
         cost_bar_pct=min(max(pct or 0.0, 0.0), 100.0), has_cost=cost.get("ms_per_step") is not None,
@@ -180,7 +181,7 @@ def _finding_view(i: int, f: dict, db_path: str, world_size: int) -> FindingView
         evidence=[(k, _evidence_value(k, v)) for k, v in evidence.items()],
         event_columns=columns,
         event_rows=[[_cell(row.get(c)) for c in columns] for row in events[:MAX_EVENT_ROWS]],
-        event_hot=[0 < len(set(ranks)) < world_size and row.get("rank") in ranks for row in events[:MAX_EVENT_ROWS]],
+        event_hot=[0 < len(set(ranks)) < n_ranks and row.get("rank") in ranks for row in events[:MAX_EVENT_ROWS]],
         events_total=len(events),
         sql=(f.get("sql") or "").strip(),
         sql_command=sql_command(db_path, f["sql"]) if f.get("sql") else "",
@@ -200,13 +201,13 @@ def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     median, worst = st.get("median_rank_step_ms"), st.get("worst_rank_step_ms")
     slower = (100 * (worst - median) / median) if median and worst is not None else None
     kpis = [Kpi("Median rank step", fmt_ms(median), "own step time: without waiting for other ranks")]
-    if summary["world_size"] > 1 and st.get("worst_rank") is not None:
+    if len(summary["ranks"]) > 1 and st.get("worst_rank") is not None:
         tone = "bad" if slower is not None and slower >= 5 else ""
         detail = f"{fmt_ms(worst)} per step" + (f", {slower:+.1f}% vs median" if slower is not None else "")
         kpis.append(Kpi("Worst rank", f"rank {st['worst_rank']}", detail, tone))
     aligned = st.get("aligned") or []
-    kpis.append(Kpi("Steps compared", str(len(aligned)),
-                    f"steps {fmt_steps(aligned)} on all {summary['world_size']} ranks"))
+    where = f" on all {len(summary['ranks'])} ranks analysed" if len(summary["ranks"]) > 1 else ""
+    kpis.append(Kpi("Steps compared" if where else "Steps", str(len(aligned)), f"steps {fmt_steps(aligned)}{where}"))
     if ordered and (ordered[0].get("cost") or {}).get("ms_per_step") is not None:
         cost = ordered[0]["cost"]
         kpis.append(Kpi("Biggest cost", fmt_ms(cost["ms_per_step"]) + "/step",
@@ -237,7 +238,7 @@ def _rank_rows(summary: dict) -> list[RankRow]:
 def _meta_line(summary: dict) -> str:
     gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
     aligned = summary["steps"].get("aligned") or []
-    return (f"{summary['world_size']} rank{'s' if summary['world_size'] != 1 else ''} · "
+    return (f"{fmt_rank_count(len(summary['ranks']), summary['world_size'])} · "
             f"{len(aligned)} aligned step{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}) · "
             f"{'GPU' if gpu else 'CPU-only'} trace")
 
@@ -262,7 +263,7 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
         title=name, trace_dir=summary["trace_dir"], tool_version=summary["tool_version"],
         meta_line=_meta_line(summary), verdict=verdict, verdict_severity=verdict_severity,
         kpis=_kpis(summary, ordered),
-        findings=[_finding_view(i, f, db_path, summary["world_size"]) for i, f in enumerate(ordered)],
+        findings=[_finding_view(i, f, db_path, len(summary["ranks"])) for i, f in enumerate(ordered)],
         severity_counts=counts, charts=chartlib.build_charts(summary), phase_legend=chartlib.phase_legend(),
         ranks=_rank_rows(summary), load_issues=list(summary["load_issues"]), db_path=db_path,
         example_commands=[

@@ -78,8 +78,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render_scaling_text(report: ScalingReport) -> str:
     """The terminal view: runs, phases with lost time, the verdict and notes."""
     base = report.baseline
-    out = [f"traceanalyze scaling: {len(report.runs)} runs, {MODE_NAMES[report.mode]}, "
-           f"baseline world size {base.world_size} ({base.trace_dir})", ""]
+    head = (f"traceanalyze scaling: {len(report.runs)} runs, {MODE_NAMES[report.mode]}, "
+            f"baseline world size {base.world_size} ({base.trace_dir})")
+    out = [head, ""]
     out += _table(RUN_HEADER, run_rows(report))
     out += ["", "time per step by phase, mean per rank (lost time against ideal scaling in brackets)", ""]
     out += _table(["phase", *(f"W={r.run.world_size}" for r in report.runs)], phase_rows(report))

@@ -10,7 +10,7 @@ import click
 
 from traceanalyze.output.charts import hot_ranks
 from traceanalyze.output.html import order_findings
-from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_ranks, fmt_steps
+from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
 
 WIDTH = 80
 MAX_RANK_ROWS = 8
@@ -42,15 +42,15 @@ def _header(summary: dict, st: _Style) -> list[str]:
     aligned = summary["steps"].get("aligned") or []
     gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
     name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
-    n = summary["world_size"]
-    return [st(name, bold=True) + f" - {n} rank{'s' if n != 1 else ''}, {len(aligned)} aligned step"
+    ranks = fmt_rank_count(len(summary["ranks"]), summary["world_size"])
+    return [st(name, bold=True) + f" - {ranks}, {len(aligned)} aligned step"
             f"{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}), {'GPU' if gpu else 'CPU-only'}"]
 
 
 def _step_line(summary: dict, st: _Style) -> list[str]:
     steps = summary["steps"]
     median, worst = steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms")
-    if summary["world_size"] < 2 or steps.get("worst_rank") is None:
+    if len(summary["ranks"]) < 2 or steps.get("worst_rank") is None:
         return [f"Step time  {fmt_ms(median)} (median)"]
     delta = f" ({100 * (worst - median) / median:+.1f}%)" if median and worst is not None else ""
     return [f"Own step time  median rank {fmt_ms(median)} | worst: rank {steps['worst_rank']} "
@@ -90,19 +90,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _first_advice(advice: str) -> str:
+def _first_advice(advice: str, max_lines: int = 5, width: int = WIDTH - 14) -> str:
+    """The advice's first paragraph, cut (with ' ...') when longer than max_lines wrapped lines."""
+    para = ""
     for line in (advice or "").splitlines():
         text = line.strip().lstrip("-* ").strip()
         if text:
-            return text
-    return ""
+            para = text
+            break
+    if len(textwrap.wrap(para, width)) <= max_lines:
+        return para
+    wrapped = textwrap.wrap(para, width - 4)  # leave room for " ..."
+    return " ".join(wrapped[:max_lines]).rstrip(" ,;:") + " ..."
 
 
-def _finding_lines(f: dict, world_size: int, st: _Style) -> list[str]:
+def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
     sev = f["severity"].upper().ljust(7)
     cost = f.get("cost") or {}
     ranks = f.get("ranks") or []
-    who = "all ranks" if world_size > 1 and len(ranks) == world_size else (
+    who = "all ranks" if n_ranks > 1 and len(set(ranks)) == n_ranks else (
         f"rank{'s' if len(ranks) != 1 else ''} {fmt_ranks(ranks)}" if ranks else "no rank")
     parts = [f["rule"], who]
     if cost.get("ms_per_step") is not None:
@@ -125,7 +131,7 @@ def _findings(summary: dict, st: _Style) -> list[str]:
     counts.append(f"{sum(1 for f in ordered if f['severity'] == 'info')} info")
     lines = [f"Findings ({', '.join(counts)}), by severity, then cost"]
     for f in ordered:
-        lines += _finding_lines(f, summary["world_size"], st)
+        lines += _finding_lines(f, len(summary["ranks"]), st)
     return lines
 
 

@@ -64,6 +64,13 @@ def fmt_ranks(ranks: list[int]) -> str:
     return fmt_steps(ranks).replace("none", "—")
 
 
+def fmt_rank_count(loaded: int, world_size: int) -> str:
+    """'4 ranks', '1 rank', or '2 of 128 ranks' when only some ranks' traces were analysed."""
+    if world_size > loaded:
+        return f"{loaded} of {world_size} ranks"
+    return f"{loaded} rank{'s' if loaded != 1 else ''}"
+
+
 def nice_ticks(max_value: float, count: int = 4) -> list[float]:
     """Round axis ticks from 0 up to at least max_value: 0, 50, 100, 150."""
     if max_value <= 0:
