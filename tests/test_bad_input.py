@@ -17,14 +17,13 @@ import subprocess
 import sys
 import zlib
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import pytest
-
 import tracejson as tj
 from conftest import SHARED_TRACES
+
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load import source as source_module
@@ -400,9 +399,11 @@ def test_begin_end_edge_cases(tmp_path):
         if e.get("name", "").startswith("ProfilerStep"):
             e["cat"] = "user_annotation"
     db = load(put(tmp_path / "t", "rank0.json", json.dumps({"traceEvents": events}).encode()).parent)
-    assert q(db, "SELECT step, ts_ns, dur_ns FROM steps ORDER BY step") == [(1, 100_000, 100_000), (2, 200_000, 100_000)]
+    assert q(db, "SELECT step, ts_ns, dur_ns FROM steps ORDER BY step") == [
+        (1, 100_000, 100_000), (2, 200_000, 100_000)]
     assert q(db, "SELECT step, name, ts_ns, dur_ns FROM cpu_ops ORDER BY ts_ns, name") == [
-        (1, "inner", 110_000, 10_000), (1, "outer", 110_000, 20_000), (1, "zero", 130_000, 0), (2, "x-op", 210_000, 5_000)]
+        (1, "inner", 110_000, 10_000), (1, "outer", 110_000, 20_000), (1, "zero", 130_000, 0),
+        (2, "x-op", 210_000, 5_000)]
     found = issues(db)
     assert found["begin-end"][0][4] == 5
     assert found["unmatched-begin-end"][0][4] == 2

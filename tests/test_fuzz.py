@@ -16,11 +16,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import tracejson as tj
+from conftest import SHARED_TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tracejson as tj
-from conftest import SHARED_TRACES
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 
@@ -136,7 +136,8 @@ def test_generated_event_lists_load_or_fail_cleanly(top, elements, bare, gz):
             return
         with duckdb.connect(str(db), read_only=True) as con:
             (n,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
-            (pairs,) = con.execute("SELECT coalesce(sum(count), 0) FROM load_issues WHERE kind = 'begin-end'").fetchone()
+            (pairs,) = con.execute(
+                "SELECT coalesce(sum(count), 0) FROM load_issues WHERE kind = 'begin-end'").fetchone()
             assert n + pairs == len(elements)  # every element is a row (B/E pairs: one row each)
             if not any(isinstance(e, dict) and e.get("ph") in ("B", "E") for e in elements):
                 want = expected_counts({} if bare else top, elements)
@@ -210,4 +211,5 @@ def test_the_mutation_source_is_a_loadable_trace():
         db = try_load(folder)
         assert db is not None
         with duckdb.connect(str(db), read_only=True) as con:
-            assert con.execute("SELECT count(*) FROM raw_events").fetchone()[0] == len(json.loads(small_text())["traceEvents"])
+            (n,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+        assert n == len(json.loads(small_text())["traceEvents"])

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 import tracejson as tj
 from conftest import FIXTURES, SHARED_TRACES
 
@@ -54,6 +53,8 @@ def expected(folder: Path) -> dict[int, dict]:
             "steps": step_ranges,
             "kinds": Counter(tj.gpu_kind(e) for e in gpu),
             "kernel_steps": tj.kernel_steps(events, base),
+            "launched_in_other_step": sum(n for (ts, _, step), n in tj.kernel_steps(events, base).items()
+                                          if step != find(ts)),
             "memcpy": sum(1 for e in gpu if tj.gpu_kind(e) == "memcpy"),
             "cpu_ops": Counter((tj.to_ns(e["ts"], base), e["name"], find(tj.to_ns(e["ts"], base)))
                                for e in tj.cpu_ops(events)),
@@ -121,6 +122,14 @@ def test_kernels_kinds_and_launching_step(case):
         got = Counter({(ts, name, step): n for ts, name, step, n in rows(
             con, "SELECT ts_ns, name, step, count(*) FROM kernels WHERE rank = ? GROUP BY ALL", rank)})
         assert got == x["kernel_steps"], rank
+
+
+def test_launch_step_matters_in_the_corpus():
+    """GPU work that runs in a later step than the one that launched it exists in the real
+    traces, so the check above really tells correlation-based assignment from time-based."""
+    moved = {f"{folder.name}/{rank}": x["launched_in_other_step"]
+             for folder in TRACE_DIRS for rank, x in expected(folder).items()}
+    assert moved["hta-ns-resolution-trace/0"] > 1000 and moved["kineto-resnet50-nw0/0"] > 1000, moved
 
 
 def test_memcpy_count(case):

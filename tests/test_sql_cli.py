@@ -9,7 +9,6 @@ import shutil
 
 import duckdb
 import pytest
-
 from conftest import FIXTURES, SHARED_TRACES
 
 # kernel names with commas, quotes, < > and spaces: a good test of the CSV/JSON writers

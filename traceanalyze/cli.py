@@ -69,12 +69,24 @@ def _echo_load_issues(db_path: Path, quiet: bool) -> None:
     """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet."""
     from traceanalyze.load import read_load_issues
 
+    shown = {"warning": 0, "info": 0}
+    hidden = 0
     for severity, file, message, count in read_load_issues(db_path):
         if severity == "info" and quiet:
             continue
+        if shown.get(severity, 0) >= LOAD_ISSUES_SHOWN:
+            hidden += 1
+            continue
+        shown[severity] = shown.get(severity, 0) + 1
         where = f"{file}: " if file else ""
         counted = f" ({count:,} events)" if count else ""
         click.echo(f"traceanalyze: {severity}: {where}{message}{counted}", err=True)
+    if hidden:
+        click.echo(f"traceanalyze: ... and {hidden} more: traceanalyze sql {db_path} "
+                   '"SELECT * FROM load_issues"', err=True)
+
+
+LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
 
 
 def default_out_dir(trace_dir: Path) -> Path:
