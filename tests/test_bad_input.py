@@ -202,7 +202,7 @@ def test_corrupt_gzip_is_a_clear_error(cli, run0, tmp_path, where):
     path = put(folder, run0[0].name, bytes(data))
     proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
     one_line_error(proc, path, "corrupt gzip")
-    assert not (tmp_path / "x.duckdb").exists() and not (tmp_path / "x.duckdb.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]  # no database, no leftovers
 
 
 def test_gzip_with_trailing_garbage_loads_with_a_warning(run0, tmp_path):
@@ -249,6 +249,16 @@ def test_not_a_trace_is_a_clear_error(cli, tmp_path, content, words):
     folder = tmp_path / "t"
     path = put(folder, "rank0.json", content)
     one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), path, *words)
+
+
+def test_unusable_database_paths(cli, tmp_path):
+    trace = SHARED_TRACES / "hta-cpu-only"
+    (tmp_path / "a_folder").mkdir()
+    put(tmp_path, "a_file", b"x")
+    one_line_error(cli("load", trace, "--db", tmp_path / "a_folder"), tmp_path / "a_folder", "is a folder")
+    one_line_error(cli("load", trace, "--db", tmp_path / "a_file" / "x.duckdb"), tmp_path / "a_file" / "x.duckdb",
+                   "cannot write the database")
+    one_line_error(cli("load", trace, "--db", "/proc/x.duckdb"), Path("/proc/x.duckdb"), "cannot write the database")
 
 
 def test_empty_folder_and_missing_path(cli, tmp_path):
@@ -406,6 +416,17 @@ def test_begin_end_edge_cases(tmp_path):
     assert found["unmatched-begin-end"][0][4] == 2
 
 
+def test_a_step_number_that_occurs_twice_is_reported(tmp_path):
+    step = lambda n, ts: {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",  # noqa: E731
+                          "pid": 1, "tid": 1, "ts": ts, "dur": 10}
+    events = [step(1, 0), step(2, 10), step(1, 100), step(3, 110)]  # a restarted schedule
+    db = load(put(tmp_path / "t", "rank0.json", json.dumps({"traceEvents": events}).encode()).parent)
+    (dup,) = issues(db)["duplicate-step"]
+    assert dup[2] == "warning" and "ProfilerStep#1" in dup[3] and dup[4] == 1
+    assert q(db, "SELECT step, ts_ns, end_ns FROM steps ORDER BY step") == [
+        (1, 0, 110_000), (2, 10_000, 20_000), (3, 110_000, 120_000)]
+
+
 # ---------------------------------------------------------------- several ranks
 
 def rename_steps(text: bytes, delta: int) -> bytes:
@@ -466,6 +487,26 @@ def test_two_files_claiming_one_rank(cli, recorded_runs, tmp_path):
     assert a[1].name in line and "copy_of_rank_one.json.gz" in line
 
 
+@pytest.mark.parametrize("name, info, outcome", [
+    ("a.json", {"rank": 99_999_999_999, "world_size": 4}, "cannot tell which rank"),
+    ("rank99999999999.json", {}, "not a plausible rank"),
+    ("a.json", {"rank": 5, "world_size": 4}, "rank 5 in a world of 4"),
+    ("rank1.json", {"rank": "0", "world_size": 4}, 1),          # a string rank: the name decides
+    ("rank2.json", {"rank": 2, "world_size": 10**12}, 2),        # an absurd world size is ignored
+    ("rank3.json", {"rank": True, "world_size": "4"}, 3),
+])
+def test_hostile_distributed_info(cli, tmp_path, name, info, outcome):
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]
+    folder = tmp_path / "t"
+    path = put(folder, name, json.dumps({"distributedInfo": info, "traceEvents": events}).encode())
+    proc = cli("load", folder, "--db", tmp_path / "x.duckdb", timeout=60)
+    if isinstance(outcome, str):
+        one_line_error(proc, path, outcome)
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert q(tmp_path / "x.duckdb", "SELECT rank FROM ranks") == [(outcome,)]
+
+
 def test_rank_from_the_file_name_when_distributed_info_is_missing(run0, tmp_path):
     text = tj.read_bytes(run0[3])
     stripped = re.sub(rb'"distributedInfo": \{.*?\]\}\]\},', b"", text, count=1, flags=re.S)
@@ -517,6 +558,19 @@ def test_clock_skew_between_ranks_is_estimated_not_a_straggler(cli, run0, intact
     assert verdicts[0] == verdicts[1]
 
 
+def test_minutes_of_clock_offset_are_a_warning(run0, tmp_path):
+    """Hosts two minutes apart: loaded, but the offset is flagged as a possible mix of runs."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 1})
+    for r in (2, 3):
+        text = shift_ts(tj.read_bytes(run0[r]), 120_000_000)
+        text = re.sub(rb'("host_name": ")([^"]*)"', rb'\1\2-far"', text, count=1)
+        put(folder, run0[r].name, gzip.compress(text))
+    db = load(folder)
+    notes = {rank: (sev, msg) for rank, _, sev, msg, _ in issues(db)["clock-offset"]}
+    assert sorted(notes) == [2, 3]
+    assert all(sev == "warning" and "different runs" in msg and "ahead" in msg for sev, msg in notes.values())
+
+
 # ---------------------------------------------------------------- odd content
 
 def test_a_100k_character_kernel_name(tmp_path):
@@ -565,6 +619,22 @@ def test_numbers_out_of_range(tmp_path, value):
         assert q(db, "SELECT step, ts_ns FROM kernels") == [(None, -1000)]
     else:
         assert issues(db)["bad-ts"][0][4] == 1
+
+
+@pytest.mark.parametrize("top, ts, dur", [
+    ({}, 9_000_000_000_000_000, 9_000_000_000_000_000),                   # ts + dur beyond int64 ns
+    ({}, -9_000_000_000_000_000, 1),
+    ({"baseTimeNanoseconds": 4_000_000_000_000_000_000}, 6_000_000_000_000_000, 1),  # base + ts
+    ({}, 1, 9_000_000_000_000_000),
+])
+def test_times_beyond_the_int64_range_are_bad_not_a_crash(tmp_path, top, ts, dur):
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+              {"ph": "X", "cat": "cpu_op", "name": "huge", "pid": 1, "tid": 1, "ts": ts, "dur": dur},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur}]
+    db = load(put(tmp_path / "t", "rank0.json", json.dumps({**top, "traceEvents": events}).encode()).parent)
+    found = issues(db)
+    assert sum(n for *_, n in found.get("bad-ts", []) + found.get("bad-dur", [])) >= 2
+    assert q(db, "SELECT count(*) FROM cpu_ops WHERE name = 'huge'") == [(0,)]
 
 
 # ---------------------------------------------------------------- security
@@ -622,4 +692,4 @@ def test_gzip_bomb_is_refused_with_bounded_memory_and_disk(tmp_path):
     one_line_error(subprocess.CompletedProcess([], rc, "", proc.stderr), bomb, "decompression bomb")
     assert peak_kib < 400 * 1024, f"peak RSS {peak_kib} KiB"
     assert list(scratch.iterdir()) == []  # the scratch part files were removed
-    assert not (tmp_path / "x.duckdb").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch", "t"]  # no database, no leftovers

@@ -60,14 +60,19 @@ def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(CLOCK_NOTE_SQL, [CLOCK_NOTE_NS])
 
 
-# a clock this far off the reference rank is worth a note (hosts without synchronized clocks)
+# a clock this far off the reference rank is worth a note (hosts without synchronized clocks);
+# minutes off is more likely files of different runs: a warning
 CLOCK_NOTE_NS = 1_000_000_000
-CLOCK_NOTE_SQL = """
+CLOCK_WARNING_NS = 60_000_000_000
+CLOCK_NOTE_SQL = f"""
 INSERT INTO load_issues
-SELECT r.rank, r.file, 'clock-offset', 'info',
+SELECT r.rank, r.file, 'clock-offset',
+       CASE WHEN abs(r.clock_offset_ns) >= {CLOCK_WARNING_NS} THEN 'warning' ELSE 'info' END,
        'this rank''s clock is ' || printf('%.3f', abs(r.clock_offset_ns) / 1e9) || ' s '
        || CASE WHEN r.clock_offset_ns > 0 THEN 'ahead of' ELSE 'behind' END
        || ' rank ' || (SELECT min(rank) FROM ranks)::VARCHAR
-       || ' (estimated from collectives); ranks are compared on step-relative times', NULL
+       || ' (estimated from collectives); ranks are compared on step-relative times'
+       || CASE WHEN abs(r.clock_offset_ns) >= {CLOCK_WARNING_NS}
+               THEN '. So large an offset may mean files from different runs' ELSE '' END, NULL
 FROM ranks AS r WHERE abs(r.clock_offset_ns) >= ?
 """

@@ -76,28 +76,53 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     same rank selection is reused as it is.
     """
     say = progress or (lambda _msg: None)
+    if db_path.is_dir():
+        raise TraceanalyzeError("is a folder; give a database file name such as trace.duckdb", str(db_path))
     discovery = discover(target, ranks)
     fingerprint = _fingerprint(discovery, ranks)
     if reuse and db_path.exists() and _stored_fingerprint(db_path) == fingerprint:
-        say(f"reusing {db_path} (traces unchanged)")
-        return _reused_result(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_db = db_path.with_name(db_path.name + ".tmp")
-    tmp_db.unlink(missing_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
+        try:
+            reused = _reused_result(db_path)
+        except duckdb.Error:  # damaged since it was written: build it again
+            reused = None
+        if reused is not None:
+            say(f"reusing {db_path} (traces unchanged)")
+            return reused
+    # written under a private name and moved into place: a concurrent load or reader never
+    # sees half a database
+    tmp_db = db_path.with_name(f"{db_path.name}.{os.getpid()}.tmp")
+    work = None
     try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp_db.unlink(missing_ok=True)
         con = duckdb.connect(str(tmp_db))
+    except (OSError, duckdb.Error) as exc:
+        raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
+    try:
+        work = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
         try:
             result = _load_into(con, target, discovery, work, say)
             _write_meta(con, target, ranks, fingerprint)
             con.execute("CHECKPOINT")
         finally:
             con.close()
-        os.replace(tmp_db, db_path)
+        try:
+            os.replace(tmp_db, db_path)
+        except OSError as exc:
+            raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
+                                    str(db_path)) from None
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
         tmp_db.unlink(missing_ok=True)
+        tmp_db.with_name(tmp_db.name + ".wal").unlink(missing_ok=True)
     return LoadResult(db_path, result[0], False, result[1], result[2])
+
+
+def _short_os_error(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split())[:200]
 
 
 def _load_into(con, target: Path, discovery: Discovery, work: Path, say: Progress):
@@ -343,6 +368,15 @@ def _record_event_issues(con) -> None:
             SELECT rank, 'no-ph', 'events without a ph (phase) field, or not JSON objects, were skipped',
                    count(*)
             FROM raw_events WHERE ph IS NULL GROUP BY rank
+            UNION ALL
+            SELECT rank, 'duplicate-step',
+                   'ProfilerStep#N names that occur more than once (' || string_agg(name, ', ' ORDER BY name)
+                   || '): each such step spans all its occurrences', count(*)
+            FROM (SELECT rank, name FROM raw_events
+                  WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND coalesce(cat, '') <> 'gpu_user_annotation'
+                    AND ts_ns IS NOT NULL AND dur_ns >= 0
+                  GROUP BY rank, name HAVING count(*) > 1)
+            GROUP BY rank
         ) AS e JOIN ranks AS r USING (rank)
     """)
     con.execute("""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -89,6 +90,14 @@ def read_distributed_info(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+MAX_RANKS = 1 << 24  # ranks and world sizes beyond this are not a real job
+
+
+def _count(value, lowest: int) -> bool:
+    """An integer rank / world size in a plausible range (the JSON may hold anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_RANKS
+
+
 def identify(path: Path, only_file: bool = False) -> TraceFile:
     """Tell the rank of one file: distributedInfo.rank, else the file name, else an error.
 
@@ -98,7 +107,7 @@ def identify(path: Path, only_file: bool = False) -> TraceFile:
     found = read_distributed_info(path)
     info = found or {}
     rank, source = info.get("rank"), "distributedInfo"
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+    if not _count(rank, 0):
         m = RANK_IN_NAME.search(path.name)
         if m:
             rank, source = int(m.group(1)), "file name"
@@ -108,11 +117,15 @@ def identify(path: Path, only_file: bool = False) -> TraceFile:
             raise TraceanalyzeError(
                 "cannot tell which rank this trace is: it has no distributedInfo.rank and its "
                 "name has no rank number (rename it like rank0.json)", str(path))
-    world = info.get("world_size")
+    if not _count(rank, 0):
+        raise TraceanalyzeError(f"rank {rank} (from the {source}) is not a plausible rank number", str(path))
+    world = info.get("world_size") if _count(info.get("world_size"), 1) else None
+    if world is not None and source == "distributedInfo" and rank >= world:
+        raise TraceanalyzeError(f"distributedInfo says rank {rank} in a world of {world} ranks", str(path))
     stat = path.stat()
     return TraceFile(
         path=path, rank=rank, rank_source=source,
-        world_size=world if isinstance(world, int) else None,
+        world_size=world,
         backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
         size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
     )
@@ -177,10 +190,11 @@ def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
     if worlds and ranks is None:
         world = worlds.pop()
         present = {tf.rank for tf in result.files}
-        absent = [r for r in range(world) if r not in present]
-        if absent and len(absent) < world:
-            shown = ", ".join(map(str, absent[:16])) + (" ..." if len(absent) > 16 else "")
+        n_absent = world - len({r for r in present if r < world})
+        if 0 < n_absent < world:
+            first = list(itertools.islice((r for r in range(world) if r not in present), 16))
+            shown = ", ".join(map(str, first)) + (" ..." if n_absent > 16 else "")
             result.notes.append((str(target), "rank-missing",
-                                 f"world size is {world} but {len(absent)} rank files are absent "
+                                 f"world size is {world} but {n_absent} rank files are absent "
                                  f"({shown}); analyzing the {len(present)} ranks present"))
     return result

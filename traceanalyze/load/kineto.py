@@ -86,6 +86,15 @@ def _with_ts_prefix(short_ns: str, tsp: str) -> str:
     return f"CASE WHEN {tsp} IS NULL THEN {short_ns} ELSE {short_ns} + TRY_CAST({tsp} AS BIGINT) * ({power}) END"
 
 
+# Times beyond +-2**62 ns (the year 2116) are malformed: NULL (counted as bad-ts / bad-dur),
+# which also keeps every ts + dur sum of the tables within BIGINT.
+TIME_LIMIT_NS = 1 << 62
+
+
+def _in_time_range(expr: str) -> str:
+    return f"(CASE WHEN ({expr}) BETWEEN -{TIME_LIMIT_NS} AND {TIME_LIMIT_NS} THEN ({expr}) END)"
+
+
 def select_events_sql(exact_times: bool = False, lenient: bool = False) -> str:
     """SELECT over read_json($parts) producing raw_events rows (rank joined in by file name).
 
@@ -104,8 +113,8 @@ def select_events_sql(exact_times: bool = False, lenient: bool = False) -> str:
 SELECT
     p.rank,
     e.ph, e.cat, e.name, e.pid, e.tid,
-    {_with_ts_prefix("e.__short_ts_ns", "e." + TS_PREFIX_KEY)} + p.base_ns AS ts_ns,
-    {dur} AS dur_ns,
+    {_in_time_range(f'TRY({_with_ts_prefix("e.__short_ts_ns", "e." + TS_PREFIX_KEY)} + p.base_ns)')} AS ts_ns,
+    {_in_time_range(dur)} AS dur_ns,
     json_type(e.ts) AS ts_json_type,
     e.id AS flow_id,
     {args}
