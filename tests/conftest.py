@@ -37,31 +37,43 @@ def cli():
 
 
 @pytest.fixture(scope="session")
-def loaded_with_cli(tmp_path_factory):
-    """`loaded_with_cli(DIR, *options)` -> (db path, CompletedProcess of `traceanalyze load`).
-
-    Each folder is loaded once per test session, shared by the xdist workers (the first
-    worker loads it under a lock, the others reuse its database). Treat the DB as read-only.
-    """
+def once_per_session(tmp_path_factory):
+    """`once_per_session(key, make)` -> make(folder): run by the first xdist worker that asks
+    (under a lock), its picklable result shared with the other workers. `folder` is a private
+    directory for files the result points to."""
     import fcntl
     import hashlib
-    import json
-    import subprocess
+    import pickle
 
-    shared = tmp_path_factory.getbasetemp().parent / "cli-load-cache"
+    shared = tmp_path_factory.getbasetemp().parent / "once-per-session"
     shared.mkdir(exist_ok=True)
 
-    def load(target: Path, *extra: str):
-        key = hashlib.sha256(json.dumps([str(target), *extra]).encode()).hexdigest()[:16]
-        folder = shared / key
+    def once(key: str, make):
+        folder = shared / hashlib.sha256(key.encode()).hexdigest()[:16]
         folder.mkdir(exist_ok=True)
-        db, done = folder / "trace.duckdb", folder / "result.json"
+        done = folder / "result.pickle"
         with open(folder / "lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not done.exists():
-                proc = run_cli("load", target, "--db", db, *extra)
-                done.write_text(json.dumps([proc.args, proc.returncode, proc.stdout, proc.stderr]))
-        args, rc, out, err = json.loads(done.read_text())
+                done.write_bytes(pickle.dumps(make(folder)))
+        return pickle.loads(done.read_bytes())
+
+    return once
+
+
+@pytest.fixture(scope="session")
+def loaded_with_cli(once_per_session):
+    """`loaded_with_cli(DIR, *options)` -> (db path, CompletedProcess of `traceanalyze load`),
+    loaded once per test session for all xdist workers. Treat the DB as read-only."""
+    import subprocess
+
+    def load(target: Path, *extra: str):
+        def make(folder: Path):
+            db = folder / "trace.duckdb"
+            proc = run_cli("load", target, "--db", db, *extra)
+            return db, (proc.args, proc.returncode, proc.stdout, proc.stderr)
+
+        db, (args, rc, out, err) = once_per_session(f"cli-load {target} {extra}", make)
         return db, subprocess.CompletedProcess(args, rc, out, err)
 
     return load

@@ -31,7 +31,7 @@ def test_the_corpus_is_there():
     assert len(SCENARIO_DIRS) >= 3, SCENARIO_DIRS
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected(folder: Path) -> dict[int, dict]:
     """{rank: facts computed from the JSON} for every trace file in `folder`."""
     files = sorted(p for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz"))
@@ -67,13 +67,14 @@ def expected(folder: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(params=ALL_DIRS, ids=IDS)
-def case(request, loaded_with_cli):
+def case(request, loaded_with_cli, once_per_session):
     folder = request.param
     db, proc = loaded_with_cli(folder)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+    facts = once_per_session(f"expected {folder}", lambda _: expected(folder))  # (computed by one worker)
     con = duckdb.connect(str(db), read_only=True)
-    yield folder, expected(folder), con, proc
+    yield folder, facts, con, proc
     con.close()
 
 

@@ -38,6 +38,37 @@ class LoadResult:
     input_bytes: int  # uncompressed bytes of the traceEvents arrays parsed (0 when reused)
 
 
+# Part files live only while DuckDB reads them. A RAM-backed folder writes and reads them
+# about 3x faster than a disk; it is used when the events surely fit in a quarter of the
+# available memory (gzip counted at 20x its size). TRACEANALYZE_TMPDIR overrides the choice.
+RAM_STAGING_DIR = Path("/dev/shm")
+GZIP_EXPANSION_ESTIMATE = 20
+
+
+def _available_memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def staging_dir(files: list[TraceFile]) -> str | None:
+    """Where to write part files: $TRACEANALYZE_TMPDIR, else RAM when they fit, else the temp dir."""
+    chosen = os.environ.get("TRACEANALYZE_TMPDIR")
+    if chosen:
+        return chosen
+    estimate = sum(tf.size_bytes * (GZIP_EXPANSION_ESTIMATE if tf.path.name.endswith(".gz") else 1)
+                   for tf in files)
+    if RAM_STAGING_DIR.is_dir() and os.access(RAM_STAGING_DIR, os.W_OK) \
+            and estimate * 4 < _available_memory_bytes():
+        return str(RAM_STAGING_DIR)
+    return None
+
+
 def _fingerprint(discovery: Discovery, ranks: set[int] | None) -> str:
     files = [(str(tf.path.resolve()), tf.size_bytes, tf.mtime_ns, tf.rank) for tf in discovery.files]
     payload = json.dumps([tracedb.SCHEMA_VERSION, __version__, sorted(ranks or []), files])
@@ -99,7 +130,7 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     except (OSError, duckdb.Error) as exc:
         raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
     try:
-        work = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
+        work = Path(tempfile.mkdtemp(prefix="traceanalyze-", dir=staging_dir(discovery.files)))
         try:
             result = _load_into(con, target, discovery, work, say)
             _write_meta(con, target, ranks, fingerprint)
