@@ -47,16 +47,19 @@ def once_per_session(tmp_path_factory):
 
     shared = tmp_path_factory.getbasetemp().parent / "once-per-session"
     shared.mkdir(exist_ok=True)
+    memo: dict[str, object] = {}
 
     def once(key: str, make):
-        folder = shared / hashlib.sha256(key.encode()).hexdigest()[:16]
-        folder.mkdir(exist_ok=True)
-        done = folder / "result.pickle"
-        with open(folder / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.exists():
-                done.write_bytes(pickle.dumps(make(folder)))
-        return pickle.loads(done.read_bytes())
+        if key not in memo:
+            folder = shared / hashlib.sha256(key.encode()).hexdigest()[:16]
+            folder.mkdir(exist_ok=True)
+            done = folder / "result.pickle"
+            with open(folder / "lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not done.exists():
+                    done.write_bytes(pickle.dumps(make(folder)))
+            memo[key] = pickle.loads(done.read_bytes())
+        return memo[key]
 
     return once
 

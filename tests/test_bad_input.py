@@ -288,6 +288,27 @@ def test_events_of_the_wrong_shape_load_with_issues(tmp_path, events):
         assert "unexpected-types" in found
 
 
+GOOD = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 10}]
+GOOD_TEXT = json.dumps({"traceEvents": GOOD})
+
+
+@pytest.mark.parametrize("text, events, kinds", [
+    ("\ufeff" + GOOD_TEXT, 2, set()),                                                  # a UTF-8 BOM
+    ('{"meta": {"traceEvents": [1]}, "traceEvents": ' + json.dumps(GOOD) + "}", 2, set()),  # nested key first
+    (GOOD_TEXT.replace('"ts": 110', '"ts": 110, "ts": 115'), 2, {"unexpected-types"}),  # a duplicate key
+    (GOOD_TEXT + "trailing garbage", 2, {"truncated"}),
+    ('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}", 1, {"no-ph", "unexpected-types"}),
+    ('{"traceEvents": [' + json.dumps(GOOD[0]) + ", " + "[" * 100_000, 1, {"truncated"}),  # deep and cut
+], ids=["bom", "nested-traceEvents", "duplicate-key", "trailing-garbage", "deep-nesting", "deep-and-cut"])
+def test_odd_json_layouts(tmp_path, text, events, kinds):
+    db = load(put(tmp_path / "t", "rank0.json", text.encode()).parent)
+    assert q(db, "SELECT count(*) FROM raw_events") == [(events,)]
+    assert set(issues(db)) - {"rank-from-name"} == kinds
+    if not kinds:
+        assert q(db, "SELECT name, ts_ns, dur_ns FROM cpu_ops") == [("aten::mm", 110_000, 10_000)]
+
+
 # ---------------------------------------------------------------- wrong types inside a real trace
 
 def test_wrong_types_are_counted_and_the_rest_is_intact(rank0_events, intact_rank0, tmp_path):

@@ -45,6 +45,7 @@ def expected(folder: Path) -> dict[int, dict]:
         step_ranges = tj.steps(events, base)
         find = tj.StepFinder(tj.window(events, base))
         gpu = tj.gpu_events(events)
+        kernel_steps = tj.kernel_steps(events, base)
         out[rank] = {
             "path": path,
             "top": top,
@@ -52,9 +53,8 @@ def expected(folder: Path) -> dict[int, dict]:
             "ph_cat": tj.ph_cat_counts(events),
             "steps": step_ranges,
             "kinds": Counter(tj.gpu_kind(e) for e in gpu),
-            "kernel_steps": tj.kernel_steps(events, base),
-            "launched_in_other_step": sum(n for (ts, _, step), n in tj.kernel_steps(events, base).items()
-                                          if step != find(ts)),
+            "kernel_steps": kernel_steps,
+            "launched_in_other_step": sum(n for (ts, _, step), n in kernel_steps.items() if step != find(ts)),
             "memcpy": sum(1 for e in gpu if tj.gpu_kind(e) == "memcpy"),
             "cpu_ops": Counter((tj.to_ns(e["ts"], base), e["name"], find(tj.to_ns(e["ts"], base)))
                                for e in tj.cpu_ops(events)),
@@ -66,23 +66,13 @@ def expected(folder: Path) -> dict[int, dict]:
     return out
 
 
-@pytest.fixture(params=ALL_DIRS, ids=IDS)
-def case(request, loaded_with_cli, once_per_session):
-    folder = request.param
-    db, proc = loaded_with_cli(folder)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    facts = once_per_session(f"expected {folder}", lambda _: expected(folder))  # (computed by one worker)
-    con = duckdb.connect(str(db), read_only=True)
-    yield folder, facts, con, proc
-    con.close()
 
 
 def rows(con, sql, *params):
     return con.execute(sql, list(params)).fetchall()
 
 
-def test_ranks_and_total_events(case):
+def check_ranks_and_total_events(case):
     folder, exp, con, proc = case
     assert [r for (r,) in rows(con, "SELECT rank FROM ranks ORDER BY rank")] == sorted(exp)
     total = sum(x["events"] for x in exp.values())
@@ -94,7 +84,7 @@ def test_ranks_and_total_events(case):
         assert Path(file).name == x["path"].name
 
 
-def test_event_counts_per_phase_and_category(case):
+def check_event_counts_per_phase_and_category(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         got = Counter({(ph, cat): n for ph, cat, n in rows(
@@ -102,7 +92,7 @@ def test_event_counts_per_phase_and_category(case):
         assert got == x["ph_cat"], rank
 
 
-def test_steps_per_rank(case):
+def check_steps_per_rank(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         got = rows(con, "SELECT step, ts_ns, end_ns, synthetic FROM steps WHERE rank = ? ORDER BY step", rank)
@@ -114,7 +104,7 @@ def test_steps_per_rank(case):
             assert "no-steps" in kinds
 
 
-def test_kernels_kinds_and_launching_step(case):
+def check_kernels_kinds_and_launching_step(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         kinds = Counter({k: n for k, n in rows(
@@ -125,22 +115,14 @@ def test_kernels_kinds_and_launching_step(case):
         assert got == x["kernel_steps"], rank
 
 
-def test_launch_step_matters_in_the_corpus():
-    """GPU work that runs in a later step than the one that launched it exists in the real
-    traces, so the check above really tells correlation-based assignment from time-based."""
-    moved = {f"{folder.name}/{rank}": x["launched_in_other_step"]
-             for folder in TRACE_DIRS for rank, x in expected(folder).items()}
-    assert moved["hta-ns-resolution-trace/0"] > 1000 and moved["kineto-resnet50-nw0/0"] > 1000, moved
-
-
-def test_memcpy_count(case):
+def check_memcpy_count(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         (n,) = con.execute("SELECT count(*) FROM memcpy WHERE rank = ?", [rank]).fetchone()
         assert n == x["memcpy"], rank
 
 
-def test_cpu_ops_count_and_step_by_time_range(case):
+def check_cpu_ops_count_and_step_by_time_range(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         got = Counter({(ts, name, step): n for ts, name, step, n in rows(
@@ -148,14 +130,14 @@ def test_cpu_ops_count_and_step_by_time_range(case):
         assert got == x["cpu_ops"], rank
 
 
-def test_memory_event_count(case):
+def check_memory_event_count(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         (n,) = con.execute("SELECT count(*) FROM memory WHERE rank = ?", [rank]).fetchone()
         assert n == x["memory"], rank
 
 
-def test_timestamps_and_durations_are_exact_ns(case):
+def check_timestamps_and_durations_are_exact_ns(case):
     """Every ts and dur, as exact integers: no float rounding anywhere."""
     folder, exp, con, _ = case
     for rank, x in exp.items():
@@ -167,7 +149,7 @@ def test_timestamps_and_durations_are_exact_ns(case):
         assert dur == x["dur_ns"], rank
 
 
-def test_gloo_annotations_become_collectives(case):
+def check_gloo_annotations_become_collectives(case):
     folder, exp, con, _ = case
     for rank, x in exp.items():
         if not x["gloo"]:
@@ -178,10 +160,39 @@ def test_gloo_annotations_become_collectives(case):
         assert got == x["gloo"], rank
 
 
-def test_gloo_scenarios_have_collectives():
+CHECKS = [check_ranks_and_total_events, check_event_counts_per_phase_and_category, check_steps_per_rank,
+          check_kernels_kinds_and_launching_step, check_memcpy_count, check_cpu_ops_count_and_step_by_time_range,
+          check_memory_event_count, check_timestamps_and_durations_are_exact_ns,
+          check_gloo_annotations_become_collectives]
+
+
+# folder-major order: xdist hands consecutive tests to one worker, so each folder is loaded
+# and read once, by one worker, while the other works on another folder
+@pytest.mark.parametrize("folder, check", [(f, c) for f in ALL_DIRS for c in CHECKS],
+                         ids=[f"{i}-{c.__name__[len('check_'):]}" for i in IDS for c in CHECKS])
+def test_loaded_trace(folder, check, loaded_with_cli, once_per_session):
+    db, proc = loaded_with_cli(folder)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    facts = once_per_session(f"expected {folder}", lambda _: expected(folder))  # (computed by one worker)
+    with duckdb.connect(str(db), read_only=True) as con:
+        check((folder, facts, con, proc))
+
+
+def test_launch_step_matters_in_the_corpus(once_per_session):
+    """GPU work that runs in a later step than the one that launched it exists in the real
+    traces, so the check above really tells correlation-based assignment from time-based."""
+    moved = {f"{folder.name}/{rank}": x["launched_in_other_step"]
+             for folder in TRACE_DIRS
+             for rank, x in once_per_session(f"expected {folder}", lambda _, f=folder: expected(f)).items()}
+    assert moved["hta-ns-resolution-trace/0"] > 1000 and moved["kineto-resnet50-nw0/0"] > 1000, moved
+
+
+def test_gloo_scenarios_have_collectives(once_per_session):
     """The recorded scenarios are gloo DDP runs: the check above must not be vacuous for them."""
     for folder in SCENARIO_DIRS:
-        assert all(x["gloo"] for x in expected(folder).values()), folder
+        facts = once_per_session(f"expected {folder}", lambda _, f=folder: expected(f))
+        assert all(x["gloo"] for x in facts.values()), folder
 
 
 # ---- single facts about particular real traces ------------------------------------------
@@ -231,10 +242,10 @@ def test_rank_unavailable_fails_with_one_line_naming_the_file(cli, tmp_path):
     assert not (tmp_path / "x.duckdb").exists()
 
 
-def test_old_and_new_step_categories():
+def test_old_and_new_step_categories(once_per_session):
     """Sanity of the corpus itself: old traces mark steps as Operator, new ones as user_annotation."""
     cats = set()
     for folder in TRACE_DIRS:
-        for x in expected(folder).values():
+        for x in once_per_session(f"expected {folder}", lambda _, f=folder: expected(f)).values():
             cats |= {cat for (ph, cat) in x["ph_cat"] if ph == "X"}
     assert {"Operator", "cpu_op", "Kernel", "kernel", "Runtime", "cuda_runtime"} <= cats
