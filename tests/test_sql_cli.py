@@ -178,3 +178,11 @@ def test_fixture_dir_is_queryable(cli, tmp_path):
     proc = cli("sql", scenario, "SELECT count(DISTINCT rank) AS n FROM steps", "--format", "csv", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert list(csv.reader(io.StringIO(proc.stdout)))[1] == [str(len(list(scenario.glob("*.pt.trace.json.gz"))))]
+
+
+def test_query_may_start_with_a_comment_line(cli, db, kernels):
+    """Rule SQL starts with `-- ...`; pasted as the query it must run, not be read as an option."""
+    proc = cli("sql", db, "-- kernels of the trace\n" + KERNELS_SQL, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["rank"], r["step"], r["name"], r["ts_ns"], r["dur_ns"]) for r in rows] == kernels

@@ -12,6 +12,7 @@ from traceanalyze import __version__
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
+from traceanalyze.pipeline import default_out_dir
 
 
 class DefaultGroup(click.Group):
@@ -89,12 +90,8 @@ def _echo_load_issues(db_path: Path, quiet: bool) -> None:
 LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
 
 
-def default_out_dir(trace_dir: Path) -> Path:
-    name = trace_dir.resolve().name if trace_dir.is_dir() else trace_dir.name.split(".")[0]
-    return Path("reports") / (name or "trace")
-
-
-@cli.command()
+# A query may start with a `--` comment (every rule's SQL does): not an option.
+@cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("source", type=click.Path(path_type=Path), required=False)
 @click.argument("query", required=False)
 @click.option("-f", "--file", "query_file", type=click.Path(exists=True, path_type=Path),
