@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# A rule that breaks must fail the tests, not turn into a 'rule-failed' load issue
+# (subprocesses of the CLI inherit it). tests/test_rule_isolation.py unsets it.
+os.environ["TRACEANALYZE_STRICT_RULES"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"

@@ -17,6 +17,7 @@ string formatting.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import string
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import yaml
 
 from traceanalyze.errors import TraceanalyzeError
@@ -322,8 +324,16 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
     return [_finding(con, rule, params, row, severity) for row in _detect_rows(con, rule, params)]
 
 
-def run_rules(con, config=None) -> list[Finding]:
-    """Every selected rule (config: select / ignore / params / severity / rules_dirs), worst first."""
+# Tests set this so that a rule that breaks fails loudly instead of becoming a load issue.
+STRICT_RULES_ENV = "TRACEANALYZE_STRICT_RULES"
+
+
+def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """Every selected rule (config: select / ignore / params / severity / rules_dirs), worst first.
+
+    A rule that fails on this trace (an odd trace its SQL did not foresee) does not stop the
+    others: `(rule id, one-line error)` is appended to `failures` when given.
+    """
     rules = load_rules(getattr(config, "rules_dirs", ()) or ())
     select = set(getattr(config, "select", None) or ())
     ignore = set(getattr(config, "ignore", None) or ())
@@ -333,7 +343,12 @@ def run_rules(con, config=None) -> list[Finding]:
     for rule in rules:
         if (select and rule.id not in select) or rule.id in ignore:
             continue
-        findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id))
+        try:
+            findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id))
+        except (duckdb.Error, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+            if failures is None or os.environ.get(STRICT_RULES_ENV):
+                raise
+            failures.append((rule.id, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
     return sort_findings(findings)
 
 

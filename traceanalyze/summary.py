@@ -53,7 +53,11 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
     if missing:
         raise TraceanalyzeError("the trace database was built by an older traceanalyze (no "
                                 f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
-    findings = run_rules(con, config)
+    failures: list[tuple[str, str]] = []
+    findings = run_rules(con, config, failures)
+    rule_issues = [{"rank": None, "file": None, "kind": "rule-failed", "severity": "warning",
+                    "message": f"rule {rule_id} could not run on this trace and was skipped ({error})",
+                    "count": None} for rule_id, error in failures]
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -64,5 +68,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
         "timeline": timeline(con),
         "memory": memory_by_step(con),
         "findings": [f.to_dict() for f in findings],
-        "load_issues": _load_issues(con),
+        "load_issues": _load_issues(con) + rule_issues,
     }
