@@ -15,7 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
+from traceanalyze.metrics import PHASES
+
 PHASE_LABELS = {
     "data_wait": "data wait", "h2d": "H2D copy", "forward": "forward", "backward": "backward",
     "optimizer": "optimizer", "comm_exposed": "communication exposed", "other": "other host work",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-PHASES = ["data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other"]
+from traceanalyze.metrics import PHASES  # noqa: F401  (the one list of phase names; re-exported)
+
 PHASE_LABELS = {
     "data_wait": "data wait",
     "h2d": "H2D copy",
