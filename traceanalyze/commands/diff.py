@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from traceanalyze.commands._analyze import analyzer
+from traceanalyze.commands._emit import emit
 from traceanalyze.commands._source import summary_from_source
 from traceanalyze.diff import diff_summaries
-from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.output.diff_report import render_diff_html, render_diff_text
 from traceanalyze.pipeline import default_out_dir
 
@@ -28,15 +27,4 @@ def command(old: Path, new: Path, html_path: Path | None, fmt: str):
         old_out, new_out = old_out / "old", new_out / "new"
     diff = diff_summaries(summary_from_source(old, analyzer(old_out)),
                           summary_from_source(new, analyzer(new_out)))
-    if html_path is not None:
-        try:
-            html_path.parent.mkdir(parents=True, exist_ok=True)
-            html_path.write_text(render_diff_html(diff), encoding="utf-8")
-        except OSError as exc:
-            raise TraceanalyzeError(f"cannot write: {exc.strerror}", str(html_path)) from None
-    if fmt == "json":
-        click.echo(json.dumps(diff.to_dict(), indent=2))
-    else:
-        click.echo(render_diff_text(diff), nl=False)
-    if html_path is not None:
-        click.echo(f"wrote {html_path}", err=True)
+    emit(diff.to_dict(), lambda: render_diff_text(diff), lambda: render_diff_html(diff), fmt, html_path)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.commands._emit import emit
 
 
 def _progress(quiet: bool):
@@ -40,15 +39,4 @@ def command(run_dirs: tuple[Path, ...], fmt: str, html_path: Path | None, batch_
 
     report = analyze_runs(list(run_dirs), lambda d: default_out_dir(d) / "trace.duckdb",
                           batch_size, global_batch_size, progress=_progress(quiet))
-    if html_path is not None:
-        try:
-            html_path.parent.mkdir(parents=True, exist_ok=True)
-            html_path.write_text(render_scaling_html(report), encoding="utf-8")
-        except OSError as exc:
-            raise TraceanalyzeError(f"cannot write: {exc.strerror}", str(html_path)) from None
-    if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        click.echo(render_scaling_text(report), nl=False)
-    if html_path is not None:
-        click.echo(f"wrote {html_path}", err=True)
+    emit(report.to_dict(), lambda: render_scaling_text(report), lambda: render_scaling_html(report), fmt, html_path)
