@@ -26,7 +26,6 @@ CREATE TABLE raw_events (
     tid VARCHAR,                -- thread id (or stream number for GPU events), as text
     ts_ns BIGINT,               -- start time, ns (rank's own clock; baseTimeNanoseconds applied)
     dur_ns BIGINT,              -- duration, ns (NULL for instants)
-    ts_json_type VARCHAR,       -- JSON type of the raw ts (a string or NULL here is a malformed event)
     flow_id VARCHAR,            -- id of flow events (s/f), linking CPU launches to GPU work
     external_id BIGINT,         -- args."External id": links ops to runtime calls and kernels
     correlation BIGINT,         -- args.correlation: links a runtime launch to its GPU kernel

@@ -19,7 +19,14 @@ from traceanalyze import db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import Discovery, TraceFile, discover
-from traceanalyze.load.kineto import INEXACT_RANKS_SQL, add_exact_times, base_time_ns, insert_events
+from traceanalyze.load.kineto import (
+    INEXACT_NS,
+    INEXACT_RANKS_SQL,
+    LARGE_MAX_OBJECT_BYTES,
+    add_exact_times,
+    base_time_ns,
+    insert_events,
+)
 from traceanalyze.load.split import SplitTrace, split_trace
 
 Progress = Callable[[str], None]
@@ -209,28 +216,44 @@ def _part_rows(tf: TraceFile, sp: SplitTrace) -> list[tuple[int, str, int]]:
 
 
 def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: Progress) -> None:
-    """All ranks' parts in one parallel read; on failure, find the bad file and retry or explain."""
+    """All ranks' parts in one parallel read: the typed reading first (fast; any value of an
+    unexpected type refuses it), else the generic one; on failure, find the bad file and
+    retry or explain."""
     mb = sum(s.events_bytes for s in splits) / 1e6
     say(f"parsing {mb:.1f} MB of trace events")
     rows = [row for tf, sp in zip(files, splits) for row in _part_rows(tf, sp)]
-    try:
-        insert_events(con, rows)
-        return
-    except BAD_JSON_ERRORS:
-        pass
+    for typed in (True, False):
+        try:
+            _insert_with_object_bound(con, rows, typed=typed)
+            return
+        except BAD_JSON_ERRORS:
+            pass
     for tf, sp in zip(files, splits):
         _insert_one_file(con, tf, sp)
 
 
+def _insert_with_object_bound(con, rows: list[tuple[int, str, int]], **options) -> None:
+    """insert_events with small read buffers; again with large ones if an event is that big."""
+    try:
+        insert_events(con, rows, **options)
+    except BAD_JSON_ERRORS as exc:
+        if "maximum_object_size" not in str(exc):
+            raise
+        insert_events(con, rows, max_object_bytes=LARGE_MAX_OBJECT_BYTES, **options)
+
+
 def _make_times_exact(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:
-    """Re-read the ranks whose fractional times were too large for DuckDB's doubles."""
+    """Re-read the ranks whose times were too large for DuckDB's doubles (see kineto.INEXACT_NS)."""
     inexact = {rank for (rank,) in con.execute(INEXACT_RANKS_SQL).fetchall()}
     for tf, sp in zip(files, splits):
         if tf.rank in inexact:
             for part in sp.parts:
                 add_exact_times(part)
             con.execute("DELETE FROM raw_events WHERE rank = ?", [tf.rank])
-            insert_events(con, _part_rows(tf, sp), exact_times=True, lenient=_is_lenient(sp))
+            _insert_with_object_bound(con, _part_rows(tf, sp), exact_times=True, lenient=_is_lenient(sp))
+    if inexact:  # (a time the exact reading could not see either: counted as malformed)
+        con.execute(f"UPDATE raw_events SET ts_ns = NULL WHERE ts_ns = {INEXACT_NS}")
+        con.execute(f"UPDATE raw_events SET dur_ns = NULL WHERE dur_ns = {INEXACT_NS}")
 
 
 # Chrome "duration" events: a B (begin) and the next E (end) on the same thread close a range,
@@ -286,7 +309,7 @@ def _insert_one_file(con, tf: TraceFile, sp: SplitTrace) -> None:
     fixes = {"utf8", "types", "merge"}
     while True:
         try:
-            insert_events(con, _part_rows(tf, sp), lenient=_is_lenient(sp))
+            _insert_with_object_bound(con, _part_rows(tf, sp), lenient=_is_lenient(sp))
             return
         except BAD_JSON_ERRORS as exc:
             message = str(exc)

@@ -1,9 +1,17 @@
 """Kineto / Chrome trace events -> the `raw_events` table. The only module that knows event keys.
 
 DuckDB's JSON reader (C++, one thread per part file) decodes the part files written by
-`split.py` straight into typed columns: no Python object is built per event. Times are
-read as text and converted exactly (DECIMAL) to BIGINT nanoseconds; fractional values too
-large for a double to hold their ns digits are read again exactly (see add_exact_times).
+`split.py` straight into typed columns: no Python object is built per event. Two readings:
+
+- typed (the fast one, tried first): ts/dur read as DOUBLE, integer args as BIGINT. Any
+  value of an unexpected JSON type makes DuckDB refuse the read, and the loader falls back
+  to the generic reading. Exact for every time a double holds to the ns (|t| < 2**43 us,
+  about 101 days: relative times, and epoch times once split.py has taken their prefix out).
+- generic: every value read as text and typed with TRY_CAST, so an odd value becomes NULL
+  (and is counted) instead of failing the file; times converted exactly through DECIMAL.
+
+Either way a time too large for a double to hold its ns digits is written as INEXACT_NS,
+and its rank is read again exactly (see add_exact_times).
 """
 
 from __future__ import annotations
@@ -61,9 +69,28 @@ def read_json_columns() -> dict[str, str]:
     return {**EVENT_COLUMNS, "args": f"STRUCT({struct})"}
 
 
+# The fast reading: times as DOUBLE, integer args as BIGINT (a value of another type fails it).
+TYPED_EVENT_COLUMNS = {**EVENT_COLUMNS, "ts": "DOUBLE", "dur": "DOUBLE"}
+
+
+def typed_read_json_columns() -> dict[str, str]:
+    struct = ", ".join(f"{_quote(key)} {'BIGINT' if sqltype in ('BIGINT', 'INTEGER') else 'VARCHAR'}"
+                       for key, _, sqltype in ARG_FIELDS)
+    return {**TYPED_EVENT_COLUMNS, "args": f"STRUCT({struct})"}
+
+
 def _time_ns(expr: str) -> str:
-    """A JSON number of microseconds -> exact BIGINT ns; strings, NaN, overflow -> NULL."""
-    return f"TRY_CAST(TRY_CAST(CAST({expr} AS VARCHAR) AS DECIMAL(38, 3)) * 1000 AS BIGINT)"
+    """A JSON number of microseconds -> exact BIGINT ns; strings, NaN, overflow -> NULL; a
+    fractional number too large for the double DuckDB parsed it into -> INEXACT_NS."""
+    exact = f"TRY_CAST(TRY_CAST(CAST({expr} AS VARCHAR) AS DECIMAL(38, 3)) * 1000 AS BIGINT)"
+    return (f"CASE WHEN json_type({expr}) = 'DOUBLE' AND abs({exact}) >= {EXACT_DOUBLE_LIMIT_NS}"
+            f" THEN {INEXACT_NS} ELSE {exact} END")
+
+
+def _typed_time_ns(expr: str) -> str:
+    """A DOUBLE of microseconds -> BIGINT ns (exact below 2**43 us), else INEXACT_NS."""
+    return (f"CASE WHEN abs({expr}) < {EXACT_DOUBLE_LIMIT_US} THEN CAST(round({expr} * 1000) AS BIGINT)"
+            f" WHEN {expr} IS NOT NULL THEN {INEXACT_NS} END")
 
 
 # split.py writes an epoch-us `"ts": 1712195495519689.047` as `"__ta_tsp": 171219 - d,
@@ -92,78 +119,88 @@ TIME_LIMIT_NS = 1 << 62
 
 
 def _in_time_range(expr: str) -> str:
-    return f"(CASE WHEN ({expr}) BETWEEN -{TIME_LIMIT_NS} AND {TIME_LIMIT_NS} THEN ({expr}) END)"
-
-
-def select_events_sql(exact_times: bool = False, lenient: bool = False) -> str:
-    """SELECT over read_json($parts) producing raw_events rows (rank joined in by file name).
-
-    With `exact_times`, the parts carry the exact ns written by `add_exact_times`. With
-    `lenient`, values of unexpected JSON types (args a list, an element not an object) are
-    read as NULL instead of failing; syntax errors still fail.
-    """
-    args = ",\n    ".join(
-        f"TRY_CAST(args.{_quote(key)} AS {sqltype}) AS {col}" for key, col, sqltype in ARG_FIELDS
-    )
-    ts, dur = _time_ns("ts"), _time_ns("e.dur")
-    if exact_times:
-        ts = f"coalesce(TRY_CAST({EXACT_KEYS['ts']} AS BIGINT), {ts})"
-        dur = f"coalesce(TRY_CAST(e.{EXACT_KEYS['dur']} AS BIGINT), {dur})"
-    return f"""
-SELECT
-    p.rank,
-    e.ph, e.cat, e.name, e.pid, e.tid,
-    {_in_time_range(f'TRY({_with_ts_prefix("e.__short_ts_ns", "e." + TS_PREFIX_KEY)} + p.base_ns)')} AS ts_ns,
-    {_in_time_range(dur)} AS dur_ns,
-    json_type(e.ts) AS ts_json_type,
-    e.id AS flow_id,
-    {args}
-FROM (SELECT *, {ts} AS __short_ts_ns
-      FROM read_json($files, format = 'array', columns = $columns, filename = true,
-                     maximum_object_size = 1073741824{", ignore_errors = true" if lenient else ""})) AS e
-JOIN _load_parts AS p ON p.part_path = e.filename
-"""
-
-
-def insert_events(con: duckdb.DuckDBPyConnection, parts: list[tuple[int, str, int]],
-                  exact_times: bool = False, lenient: bool = False) -> None:
-    """Parse part files (rank, path, base_ns) into raw_events, in parallel across files."""
-    con.execute("CREATE OR REPLACE TEMP TABLE _load_parts (rank INTEGER, part_path VARCHAR, base_ns BIGINT)")
-    con.executemany("INSERT INTO _load_parts VALUES (?, ?, ?)", parts)
-    files = [path for _, path, _ in parts]
-    prefixes = {(rank, part_ts_prefix(path)) for rank, path, _ in parts} - {(rank, None) for rank, _, _ in parts}
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS _ts_prefixes (rank INTEGER, ts_prefix BIGINT)")
-    if prefixes:
-        con.executemany("INSERT INTO _ts_prefixes VALUES (?, ?)", sorted(prefixes))
-    columns = read_json_columns()
-    columns[TS_PREFIX_KEY] = "VARCHAR"
-    if exact_times:
-        columns.update({key: "VARCHAR" for key in EXACT_KEYS.values()})
-    con.execute(
-        "INSERT INTO raw_events BY NAME " + select_events_sql(exact_times, lenient),
-        {"files": files, "columns": columns},
-    )
+    return (f"(CASE WHEN ({expr}) BETWEEN -{TIME_LIMIT_NS} AND {TIME_LIMIT_NS} THEN ({expr})"
+            f" WHEN ({expr}) = {INEXACT_NS} THEN {INEXACT_NS} END)")
 
 
 # DuckDB's JSON reader turns a fractional number into a DOUBLE. A double keeps every
 # 3-decimal microsecond value exact only below 2**43 us (about 101 days): epoch
-# timestamps with ns digits (1712195495519689.047) would lose them. Such ranks are read
+# timestamps with ns digits (1712195495519689.047) would lose them. Such a time is written
+# as INEXACT_NS (outside the valid range, so it cannot be a real time) and its rank is read
 # again from parts where each fractional ts/dur also has its exact ns as an integer.
-EXACT_DOUBLE_LIMIT_NS = (1 << 43) * 1000
+EXACT_DOUBLE_LIMIT_US = 1 << 43
+EXACT_DOUBLE_LIMIT_NS = EXACT_DOUBLE_LIMIT_US * 1000
+INEXACT_NS = -(1 << 63)
+INEXACT_RANKS_SQL = f"SELECT DISTINCT rank FROM raw_events WHERE ts_ns = {INEXACT_NS} OR dur_ns = {INEXACT_NS}"
+
+
+def _arg_sql(key: str, col: str, sqltype: str, typed: bool) -> str:
+    return (f"args.{_quote(key)} AS {col}" if typed
+            else f"TRY_CAST(args.{_quote(key)} AS {sqltype}) AS {col}")
+
+
+def select_events_sql(exact_times: bool = False, lenient: bool = False, typed: bool = False) -> str:
+    """SELECT over read_json($parts) producing raw_events rows (rank joined in by file name).
+
+    `typed`: the fast reading (columns from typed_read_json_columns()). With `exact_times`,
+    the parts carry the exact ns written by `add_exact_times`. With `lenient`, values of
+    unexpected JSON types (args a list, an element not an object) are read as NULL instead
+    of failing; syntax errors still fail.
+    """
+    args = ",\n        ".join(_arg_sql(key, col, sqltype, typed) for key, col, sqltype in ARG_FIELDS)
+    if typed:
+        ts, dur = _typed_time_ns("ts"), _typed_time_ns("e.dur")
+    else:
+        ts, dur = _time_ns("ts"), _time_ns("e.dur")
+    if exact_times:
+        ts = f"coalesce(TRY_CAST({EXACT_KEYS['ts']} AS BIGINT), {ts})"
+        dur = f"coalesce(TRY_CAST(e.{EXACT_KEYS['dur']} AS BIGINT), {dur})"
+    ts_ns = f"TRY({_with_ts_prefix('e.__short_ts_ns', 'e.' + TS_PREFIX_KEY)} + p.base_ns)"
+    return f"""
+SELECT * EXCLUDE (__ts_ns, __dur_ns),
+    {_in_time_range('__ts_ns')} AS ts_ns,
+    {_in_time_range('__dur_ns')} AS dur_ns
+FROM (
+    SELECT
+        p.rank,
+        e.ph, e.cat, e.name, e.pid, e.tid,
+        CASE WHEN e.__short_ts_ns = {INEXACT_NS} THEN {INEXACT_NS} ELSE {ts_ns} END AS __ts_ns,
+        {dur} AS __dur_ns,
+        e.id AS flow_id,
+        {args}
+    FROM (SELECT *, {ts} AS __short_ts_ns
+          FROM read_json($files, format = 'array', columns = $columns, filename = true,
+                         maximum_object_size = $max_object_bytes{", ignore_errors = true" if lenient else ""})) AS e
+    JOIN _load_parts AS p ON p.part_path = e.filename
+)
+"""
+
+
+# DuckDB sizes its read buffers from maximum_object_size (2x per thread): a small bound keeps
+# memory low; a larger event makes the read fail and the loader retries with the large bound.
+MAX_OBJECT_BYTES = 16 << 20
+LARGE_MAX_OBJECT_BYTES = 1 << 30
+
+
+def insert_events(con: duckdb.DuckDBPyConnection, parts: list[tuple[int, str, int]],
+                  exact_times: bool = False, lenient: bool = False, typed: bool = False,
+                  max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
+    """Parse part files (rank, path, base_ns) into raw_events, in parallel across files."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _load_parts (rank INTEGER, part_path VARCHAR, base_ns BIGINT)")
+    con.executemany("INSERT INTO _load_parts VALUES (?, ?, ?)", parts)
+    files = [path for _, path, _ in parts]
+    columns = typed_read_json_columns() if typed else read_json_columns()
+    columns[TS_PREFIX_KEY] = "BIGINT" if typed else "VARCHAR"
+    if exact_times:
+        columns.update({key: "VARCHAR" for key in EXACT_KEYS.values()})
+    con.execute(
+        "INSERT INTO raw_events BY NAME " + select_events_sql(exact_times, lenient, typed),
+        {"files": files, "columns": columns, "max_object_bytes": max_object_bytes},
+    )
+
+
 EXACT_KEYS = {"ts": "__traceanalyze_ts_ns", "dur": "__traceanalyze_dur_ns"}
 _FRACTIONAL_TIME = re.compile(rb'"(ts|dur)"(\s*:\s*)(-?\d+\.\d+)(?=\s*[,}])')
-
-# (a long ts whose leading digits are its rank's split.py prefix was read exactly, shortened)
-INEXACT_RANKS_SQL = f"""
-SELECT DISTINCT e.rank FROM raw_events AS e JOIN ranks AS r USING (rank)
-LEFT JOIN (SELECT rank, min(ts_prefix) AS prefix FROM _ts_prefixes GROUP BY rank) AS x USING (rank)
-WHERE (e.ts_json_type = 'DOUBLE' AND abs(e.ts_ns - coalesce(r.base_ns, 0)) >= {EXACT_DOUBLE_LIMIT_NS}
-       AND NOT coalesce(e.ts_ns - coalesce(r.base_ns, 0) > 0 AND
-           (e.ts_ns - coalesce(r.base_ns, 0)) // CAST(10 ** (length(CAST(e.ts_ns - coalesce(r.base_ns, 0) AS VARCHAR))
-                                                       - length(CAST(x.prefix AS VARCHAR))) AS BIGINT)
-           IN (x.prefix, x.prefix + 1), false))
-   OR abs(e.dur_ns) >= {EXACT_DOUBLE_LIMIT_NS}
-"""
 
 
 def _exact_ns(match: re.Match) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,9 +181,11 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
     writer = _PartWriter(out_dir, path.name.replace(".", "_"), target_bytes)
     head = b""
     start = None
-    pending = bytearray()  # held back: the array's end is searched here at EOF (appended and
-    # trimmed in place: bytes would be copied whole at each block)
-    consumed = 0  # uncompressed bytes before `pending`
+    held: deque[bytes] = deque()  # written only once HOLD_BACK_BYTES follow them: the array's
+    # end is searched in what is held at EOF. Whole blocks, never copied to be held.
+    held_bytes = 0
+    carry = b""  # (ts rewrite only) the end of the last block, after its last `\n` or `,`
+    consumed = 0  # uncompressed bytes before the held blocks
     cut = False
     read_notes: list[tuple[str, str]] = []
     try:
@@ -200,23 +203,27 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
                 first_ts = LONG_FRACTIONAL_TS.search(block, 0, 1 << 20)
                 if first_ts is not None:
                     writer.use_ts_prefix(int(first_ts.group(1)[:-TS_KEPT_DIGITS]))
-            pending += block
-            if len(pending) > HOLD_BACK_BYTES:
-                out = len(pending) - HOLD_BACK_BYTES
-                if writer.ts_subs:  # never cut inside a `"ts": <prefix>` being rewritten
-                    out = max(pending.rfind(b"\n", 0, out), pending.rfind(b",", 0, out)) + 1 or out
-                writer.write(pending[:out])
-                consumed += out
-                del pending[:out]
+            if writer.ts_subs:  # blocks end after a `\n` or `,`: never inside a `"ts": <prefix>`
+                block = carry + block if carry else block
+                safe = max(block.rfind(b"\n"), block.rfind(b",")) + 1 or len(block)
+                block, carry = (block[:safe], block[safe:]) if safe < len(block) else (block, b"")
+            held.append(block)
+            held_bytes += len(block)
+            while held_bytes - len(held[0]) >= HOLD_BACK_BYTES:
+                out = held.popleft()
+                writer.write(out)
+                held_bytes -= len(out)
+                consumed += len(out)
     except StreamCut:
         cut = True
+    held.append(carry)
     if start is None:
         writer.close()
         if cut:
             raise TraceFormatError("the gzip stream is cut short before the traceEvents array "
                                    f"({len(head):,} bytes readable): nothing to load", str(path))
         raise TraceFormatError(_describe_non_trace(head), str(path))
-    pending = bytes(pending)
+    pending = b"".join(held)
     end = None if cut else _find_events_end(pending, head)
     if end is not None:
         pos, meta = end
