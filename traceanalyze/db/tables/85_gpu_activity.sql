@@ -2,11 +2,25 @@
 
 -- GPU work merged into disjoint busy intervals per (rank, device, class) and clipped to the step windows.
 CREATE OR REPLACE TABLE gpu_busy_intervals AS
-WITH work AS (
-    SELECT k.rank, s.step, k.device, c.class,
-           greatest(k.ts_ns, s.ts_ns) AS ts_ns, least(k.end_ns, s.end_ns) AS end_ns
+WITH bounded AS (   -- the last step starting at or before a kernel's start, and the last one starting before its end
+    SELECT k.rank, k.device, k.kind, k.ts_ns, k.end_ns,
+           lo.step AS lo_step, lo.ts_ns AS lo_ts_ns, lo.end_ns AS lo_end_ns, hi.step AS hi_step
     FROM kernels AS k
-    JOIN steps AS s ON s.rank = k.rank AND k.ts_ns < s.end_ns AND k.end_ns > s.ts_ns
+    ASOF LEFT JOIN steps AS lo ON lo.rank = k.rank AND k.ts_ns >= lo.ts_ns
+    ASOF LEFT JOIN steps AS hi ON hi.rank = k.rank AND k.end_ns > hi.ts_ns
+),
+in_steps AS (   -- (kernel, step) overlaps: one lookup for a kernel inside one step, a range join for the few that cross a step boundary
+    SELECT rank, device, kind, ts_ns, end_ns, lo_step AS step, lo_ts_ns AS step_ts_ns, lo_end_ns AS step_end_ns
+    FROM bounded WHERE lo_step = hi_step AND ts_ns < lo_end_ns
+    UNION ALL
+    SELECT b.rank, b.device, b.kind, b.ts_ns, b.end_ns, s.step, s.ts_ns, s.end_ns
+    FROM bounded AS b JOIN steps AS s ON s.rank = b.rank AND b.ts_ns < s.end_ns AND b.end_ns > s.ts_ns
+    WHERE b.hi_step IS NOT NULL AND b.lo_step IS DISTINCT FROM b.hi_step
+),
+work AS (
+    SELECT k.rank, k.step, k.device, c.class,
+           greatest(k.ts_ns, k.step_ts_ns) AS ts_ns, least(k.end_ns, k.step_end_ns) AS end_ns
+    FROM in_steps AS k
     CROSS JOIN (VALUES ('any'), ('compute'), ('communication')) AS c(class)
     WHERE c.class = 'any' OR c.class = k.kind
 ),
@@ -46,16 +60,24 @@ gaps AS (
     UNION ALL
     SELECT rank, step, device, end_ns, step_end_ns FROM busy WHERE next_ts_ns IS NULL
 ),
+launches AS (   -- when the host launched the work that starts at a given time on a device
+    SELECT rank, device, ts_ns, min(launch_ts_ns) AS launch_ts_ns FROM kernels GROUP BY rank, device, ts_ns
+),
+sync_calls AS (   -- host calls that wait for the GPU, with the latest end among the calls started so far
+    SELECT rank, ts_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns RANGE UNBOUNDED PRECEDING) AS max_end_ns
+    FROM runtime WHERE is_sync AND name NOT LIKE '%Query%'
+),
 described AS (
     SELECT g.*,
-        (SELECT min(k.launch_ts_ns) FROM kernels AS k
-         WHERE k.rank = g.rank AND k.device = g.device AND k.ts_ns = g.end_ns) AS next_launch_ts_ns,
+        l.launch_ts_ns AS next_launch_ts_ns,
         coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
-                  WHERE p.rank = g.rank AND p.phase = 'data_wait' AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0)
-            AS data_wait_ns,
-        EXISTS (SELECT 1 FROM runtime AS r WHERE r.rank = g.rank AND r.is_sync AND r.name NOT LIKE '%Query%'
-                AND r.ts_ns < g.end_ns AND r.end_ns >= g.ts_ns) AS host_synced
+                  WHERE p.rank = g.rank AND p.step = g.step AND p.phase = 'data_wait'
+                    AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0) AS data_wait_ns,
+        -- a sync call overlaps the gap: among the calls started before the gap ends, one ends after it starts
+        coalesce(sc.max_end_ns >= g.ts_ns, false) AS host_synced
     FROM gaps AS g
+    LEFT JOIN launches AS l ON l.rank = g.rank AND l.device = g.device AND l.ts_ns = g.end_ns
+    ASOF LEFT JOIN sync_calls AS sc ON sc.rank = g.rank AND g.end_ns > sc.ts_ns
     WHERE g.end_ns > g.ts_ns
 )
 SELECT
