@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -116,6 +117,7 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     say = progress or (lambda _msg: None)
     if db_path.is_dir():
         raise TraceanalyzeError("is a folder; give a database file name such as trace.duckdb", str(db_path))
+    _chosen_memory_limit()
     discovery = discover(target, ranks)
     fingerprint = _fingerprint(discovery, ranks)
     if reuse and db_path.exists() and _stored_fingerprint(db_path) == fingerprint:
@@ -170,18 +172,60 @@ def _load_into(con, target: Path, discovery: Discovery, work: Path, say: Progres
     total_mb = sum(tf.size_bytes for tf in files) / 1e6
     say(f"reading {len(files)} trace file(s), {total_mb:.1f} MB on disk")
     splits = _split_all(files, work)
+    _limit_memory(con, sum(s.events_bytes for s in splits))
     _insert_ranks(con, files, splits)
-    _insert_events(con, files, splits, say)
+    memory_notes: list[tuple[str, str]] = []
+    _relaxing_memory(con, lambda: _insert_events(con, files, splits, say), memory_notes)
     _make_times_exact(con, files, splits)
     _convert_begin_end(con)
     _record_issues(con, discovery, splits)
     say("building tables")
-    tracedb.build_tables(con)
+    _relaxing_memory(con, lambda: tracedb.build_tables(con), memory_notes)
+    _record_notes(con, memory_notes)
     _record_event_issues(con)
     _check_one_run(con, files, splits)
     align_ranks(con)
     (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     return [tf.rank for tf in files], events, sum(s.events_bytes for s in splits)
+
+
+# DuckDB may use this much memory per byte of trace events (at least MIN_MEMORY_LIMIT_BYTES):
+# beyond it, it writes to the database file or spills to disk, so the whole load stays
+# under the size of the JSON. TRACEANALYZE_MEMORY_LIMIT (DuckDB syntax, e.g. '4GB') overrides.
+MEMORY_LIMIT_PER_EVENT_BYTE = 0.6
+MIN_MEMORY_LIMIT_BYTES = 256 << 20
+MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", re.IGNORECASE)
+
+
+def _chosen_memory_limit() -> str | None:
+    """TRACEANALYZE_MEMORY_LIMIT, checked (before anything is read)."""
+    chosen = os.environ.get("TRACEANALYZE_MEMORY_LIMIT", "").strip()
+    if chosen and not MEMORY_SIZE.fullmatch(chosen):
+        raise TraceanalyzeError(f"TRACEANALYZE_MEMORY_LIMIT={chosen!r} is not a memory size such as '4GB'")
+    return chosen or None
+
+
+def _limit_memory(con, events_bytes: int) -> None:
+    chosen = _chosen_memory_limit()
+    if chosen:
+        con.execute(f"SET memory_limit = '{chosen}'")
+        return
+    limit = max(MIN_MEMORY_LIMIT_BYTES, int(events_bytes * MEMORY_LIMIT_PER_EVENT_BYTE))
+    if limit < _available_memory_bytes() * 0.8:  # (else DuckDB's own default, 80 % of RAM, is lower)
+        con.execute(f"SET memory_limit = '{limit >> 20}MiB'")
+
+
+def _relaxing_memory(con, action: Callable[[], None], notes: list[tuple[str, str]]) -> None:
+    """Run `action` (idempotent); if DuckDB runs out of memory under the load's limit (an
+    operator that cannot spill), lift the limit, say so in `notes`, and run it again."""
+    try:
+        action()
+    except duckdb.OutOfMemoryException:
+        (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        con.execute("RESET memory_limit")
+        notes.append(("memory-limit-lifted", f"DuckDB needed more than its memory limit ({limit}) to load "
+                      "these traces; the limit was lifted (see TRACEANALYZE_MEMORY_LIMIT)"))
+        action()
 
 
 def _split_all(files: list[TraceFile], work: Path) -> list[SplitTrace]:
@@ -215,6 +259,10 @@ def _part_rows(tf: TraceFile, sp: SplitTrace) -> list[tuple[int, str, int]]:
     return [(tf.rank, str(p), base) for p in sp.parts]
 
 
+# kineto.py's readings, tried in this order: typed (fast), then generic (any value of an odd type).
+READINGS = (True, False)
+
+
 def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: Progress) -> None:
     """All ranks' parts in one parallel read: the typed reading first (fast; any value of an
     unexpected type refuses it), else the generic one; on failure, find the bad file and
@@ -222,7 +270,7 @@ def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: P
     mb = sum(s.events_bytes for s in splits) / 1e6
     say(f"parsing {mb:.1f} MB of trace events")
     rows = [row for tf, sp in zip(files, splits) for row in _part_rows(tf, sp)]
-    for typed in (True, False):
+    for typed in READINGS:
         try:
             _insert_with_object_bound(con, rows, typed=typed)
             return
@@ -381,6 +429,12 @@ def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
                          "no distributedInfo: a single-process run, analyzed as rank 0", None))
     if rows:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def _record_notes(con, notes: list[tuple[str, str]]) -> None:
+    """Notes about the whole load (no file of their own) as load_issues."""
+    if notes:
+        con.executemany("INSERT INTO load_issues VALUES (NULL, NULL, ?, 'info', ?, NULL)", notes)
 
 
 def _check_one_run(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:

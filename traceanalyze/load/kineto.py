@@ -178,7 +178,7 @@ FROM (
 
 # DuckDB sizes its read buffers from maximum_object_size (2x per thread): a small bound keeps
 # memory low; a larger event makes the read fail and the loader retries with the large bound.
-MAX_OBJECT_BYTES = 16 << 20
+MAX_OBJECT_BYTES = 4 << 20
 LARGE_MAX_OBJECT_BYTES = 1 << 30
 
 

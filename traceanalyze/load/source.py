@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency
 _INFLATE_ERRORS = (zlib.error, _zlib.error)
 
 GZIP_MAGIC = b"\x1f\x8b"
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20
 READ_BYTES = 1 << 20  # compressed bytes read at a time
 # A hostile gzip can expand a thousandfold. Real Kineto traces compress 10-40x.
 MAX_EXPANSION = 400

@@ -1,0 +1,111 @@
+"""The loader's fast paths give the same database as its careful ones.
+
+kineto.py reads events first with typed columns (DOUBLE times, BIGINT args) and falls back
+to a generic reading (everything as text, typed with TRY_CAST) when a value has an
+unexpected type; the loader reads JSON with small buffers and retries with large ones for a
+huge event; it runs DuckDB under a memory limit and lifts the limit when an operator runs
+out. Each shortcut is checked here against the path it shortcuts, on real traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import duckdb
+import pytest
+from conftest import FIXTURES, SHARED_TRACES
+
+import traceanalyze.load as load
+from traceanalyze.load.kineto import MAX_OBJECT_BYTES, TIME_LIMIT_NS
+
+FOLDERS = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable") \
+    + [FIXTURES / "balanced", FIXTURES / "memory_creep"]
+COMPARED_TABLES = ["raw_events", "cpu_ops", "kernels", "runtime", "collectives", "steps", "phase_intervals",
+                   "gpu_idle_gaps", "load_issues"]
+
+
+def table_rows(db, table: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return sorted(con.execute(f"SELECT COLUMNS(*)::VARCHAR FROM {table}").fetchall(),
+                      key=lambda r: tuple("" if v is None else v for v in r))
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_typed_reading_equals_generic_reading(folder, tmp_path, monkeypatch):
+    typed_db, generic_db = tmp_path / "typed.duckdb", tmp_path / "generic.duckdb"
+    load.load_trace_dir(folder, typed_db, reuse=False)
+    monkeypatch.setattr(load, "READINGS", (False,))
+    load.load_trace_dir(folder, generic_db, reuse=False)
+    for table in COMPARED_TABLES:
+        assert table_rows(typed_db, table) == table_rows(generic_db, table), table
+    with duckdb.connect(str(typed_db), read_only=True) as con:
+        (n, outside) = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE abs(ts_ns) > ? OR abs(dur_ns) > ?) FROM raw_events",
+            [TIME_LIMIT_NS, TIME_LIMIT_NS]).fetchone()
+    assert n > 0
+    assert outside == 0  # no internal marker for inexact times is left in the table
+
+
+def _trace(events: list[dict], rank: int = 0) -> dict:
+    return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 1, "backend": "nccl"},
+            "traceEvents": events}
+
+
+def _steps_and_ops(n_steps: int = 3) -> list[dict]:
+    events = []
+    for i in range(n_steps):
+        t = 1000.0 * i
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t, "dur": 900.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10.5,
+                       "dur": 100.25, "args": {"External id": i + 1}})
+    return events
+
+
+def test_an_event_larger_than_the_read_buffer_loads(tmp_path):
+    events = _steps_and_ops()
+    big = "x" * (MAX_OBJECT_BYTES + (1 << 20))
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 20.0, "dur": 5.0,
+                   "args": {"Input Dims": big, "External id": 99}})
+    path = tmp_path / "traces" / "rank0.pt.trace.json.gz"
+    path.parent.mkdir()
+    with gzip.open(path, "wt") as fh:
+        json.dump(_trace(events), fh)
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(path.parent, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM raw_events").fetchone()[0] == len(events)
+        assert con.execute("SELECT length(input_dims), ts_ns FROM cpu_ops WHERE external_id = 99").fetchall() \
+            == [(len(big), 20_000)]
+
+
+def test_a_tiny_memory_limit_is_lifted_rather_than_failing(tmp_path, monkeypatch):
+    """TRACEANALYZE_MEMORY_LIMIT below what DuckDB's JSON reader needs: the load still
+    succeeds with the same tables, and says that the limit was lifted."""
+    folder = FIXTURES / "balanced"
+    ref, tight = tmp_path / "ref.duckdb", tmp_path / "tight.duckdb"
+    load.load_trace_dir(folder, ref, reuse=False)
+    monkeypatch.setenv("TRACEANALYZE_MEMORY_LIMIT", "24MB")
+    load.load_trace_dir(folder, tight, reuse=False)
+    for table in COMPARED_TABLES:
+        if table != "load_issues":
+            assert table_rows(ref, table) == table_rows(tight, table), table
+    with duckdb.connect(str(tight), read_only=True) as con:
+        notes = con.execute("SELECT message FROM load_issues WHERE kind = 'memory-limit-lifted'").fetchall()
+    assert len(notes) == 1 and "TRACEANALYZE_MEMORY_LIMIT" in notes[0][0]
+    assert table_rows(ref, "load_issues") == [r for r in table_rows(tight, "load_issues") if r[2] != "memory-limit-lifted"]
+
+
+def test_a_malformed_memory_limit_is_a_one_line_error(cli, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRACEANALYZE_MEMORY_LIMIT": "lots"}
+    proc = subprocess.run([sys.executable, "-m", "traceanalyze", "load", str(FIXTURES / "balanced"),
+                           "--db", str(tmp_path / "x.duckdb")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: TRACEANALYZE_MEMORY_LIMIT='lots' is not a memory size such as '4GB'"]
+    assert "Traceback" not in proc.stderr
