@@ -109,3 +109,26 @@ def test_a_malformed_memory_limit_is_a_one_line_error(cli, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: TRACEANALYZE_MEMORY_LIMIT='lots' is not a memory size such as '4GB'"]
     assert "Traceback" not in proc.stderr
+
+
+def test_fractional_times_below_the_double_limit_are_exact_to_the_ns(tmp_path):
+    """Times up to 2**43 us (about 101 days of uptime, e.g. torch 2.x's monotonic-clock ts) are
+    read as doubles; every one must still come out as the exact ns written in the file."""
+    import random
+    from decimal import Decimal
+
+    rng = random.Random(7)
+    texts = []
+    for lo, hi in ((2**42, 2**43 - 1), (2**41, 2**42), (10**9, 10**10), (0, 10**4)):
+        texts += [f"{rng.randrange(lo, hi)}.{rng.randrange(1000):03d}" for _ in range(1500)]
+    body = ",\n".join(f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {t}, "dur": 1.5}}'
+                      for i, t in enumerate(texts))
+    path = tmp_path / "traces" / "rank0.pt.trace.json"
+    path.parent.mkdir()
+    path.write_text('{"schemaVersion": 1, "traceEvents": [\n' + body + "\n]}")
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(path.parent, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = dict(con.execute("SELECT name, ts_ns FROM raw_events").fetchall())
+    want = {f"op{i}": int(Decimal(t) * 1000) for i, t in enumerate(texts)}
+    assert got == want

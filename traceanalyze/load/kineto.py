@@ -88,8 +88,15 @@ def _time_ns(expr: str) -> str:
 
 
 def _typed_time_ns(expr: str) -> str:
-    """A DOUBLE of microseconds -> BIGINT ns (exact below 2**43 us), else INEXACT_NS."""
-    return (f"CASE WHEN abs({expr}) < {EXACT_DOUBLE_LIMIT_US} THEN CAST(round({expr} * 1000) AS BIGINT)"
+    """A DOUBLE of microseconds -> BIGINT ns, else INEXACT_NS.
+
+    Below 2**43 us the double is within half a ulp (<= 0.49 ns) of the 3-decimal value
+    written in the file, so the nearest integer ns is that value; it is computed without
+    rounding error as whole us x 1000 + round(fraction x 1000) (ts x 1000 as a double
+    could round off by 0.25 ns more and land on the next ns).
+    """
+    return (f"CASE WHEN abs({expr}) < {EXACT_DOUBLE_LIMIT_US} THEN CAST(floor({expr}) AS BIGINT) * 1000"
+            f" + CAST(round(({expr} - floor({expr})) * 1000) AS BIGINT)"
             f" WHEN {expr} IS NOT NULL THEN {INEXACT_NS} END")
 
 

@@ -35,7 +35,8 @@ HOLD_BACK_BYTES = 8 << 20  # the array's end and the metadata after it must fit 
 # no per-event Python; a ts this misses stays long and is caught by kineto's exactness check.
 TS_PREFIX_KEY = b"__ta_tsp"
 LONG_FRACTIONAL_TS = re.compile(rb'"ts": (\d{13,})\.\d')
-TS_KEPT_DIGITS = 10  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
+TS_KEPT_DIGITS = 10
+EXACT_DOUBLE_LIMIT_US = 1 << 43  # (kineto.EXACT_DOUBLE_LIMIT_US)  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
 
 
 @dataclass
@@ -201,7 +202,8 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
                 block, head = head[start:], head[:start]
                 consumed = len(head)
                 first_ts = LONG_FRACTIONAL_TS.search(block, 0, 1 << 20)
-                if first_ts is not None:
+                # (below 2**43 us, about 101 days of uptime, a double holds the ns: nothing to do)
+                if first_ts is not None and int(first_ts.group(1)) >= EXACT_DOUBLE_LIMIT_US:
                     writer.use_ts_prefix(int(first_ts.group(1)[:-TS_KEPT_DIGITS]))
             if writer.ts_subs:  # blocks end after a `\n` or `,`: never inside a `"ts": <prefix>`
                 block = carry + block if carry else block
