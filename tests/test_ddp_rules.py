@@ -33,7 +33,8 @@ PAIRS = {
     "sync-batchnorm-cost": ("syncbn_cpu", "syncbn_off"),
     "token-skew": ("token_skew", "token_budget"),
 }
-RECORDED = sorted({s for pair in PAIRS.values() for s in pair} | {"balanced"})
+# FSDP2 recordings: none of these DDP rules may fire on them either
+RECORDED = sorted({s for pair in PAIRS.values() for s in pair} | {"balanced", "fsdp_balanced", "fsdp_compute_straggler"})
 
 
 def params_of(scenario: str) -> dict:

@@ -59,7 +59,7 @@ def expected(folder: Path) -> dict[int, dict]:
             "cpu_ops": Counter((tj.to_ns(e["ts"], base), e["name"], find(tj.to_ns(e["ts"], base)))
                                for e in tj.cpu_ops(events)),
             "memory": len(tj.memory_events(events)),
-            "gloo": Counter((e["name"], find(tj.to_ns(e["ts"], base))) for e in tj.gloo_annotations(events)),
+            "gloo": Counter((name, find(tj.to_ns(e["ts"], base))) for name, e in tj.gloo_collectives(events)),
             "ts_ns": sorted(tj.to_ns(e.get("ts"), base) for e in events if tj.is_number(e.get("ts"))),
             "dur_ns": sorted(tj.to_ns(e.get("dur")) for e in events if tj.is_number(e.get("dur"))),
         }

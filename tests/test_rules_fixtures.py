@@ -69,7 +69,7 @@ def _assert_exactly(findings, ranks: list[int], injected: list[dict]) -> None:
 
 def test_the_recorded_scenarios_are_there():
     assert {"balanced", "input_straggler", "compute_straggler", "large_allreduce", "rank0_barrier",
-            "slow_dataloader", "memory_creep"} <= set(_scenarios())
+            "slow_dataloader", "memory_creep", "fsdp_balanced", "fsdp_compute_straggler"} <= set(_scenarios())
 
 
 def test_every_injected_pathology_has_a_rule():
@@ -107,7 +107,8 @@ def test_clock_skew_between_hosts_changes_no_diagnosis(scenario, analyse, tmp_pa
     _assert_exactly(findings, ranks, _injected(scenario))
 
 
-@pytest.mark.parametrize("scenario", ["input_straggler", "compute_straggler", "rank0_barrier"])
+@pytest.mark.parametrize("scenario", ["input_straggler", "compute_straggler", "rank0_barrier",
+                                      "fsdp_compute_straggler"])
 def test_summary_names_the_straggler_as_worst_rank(scenario, analyse):
     """The summary's worst rank (own step time, waiting excluded) is the injected late rank."""
     _, _, db = analyse(FIXTURES / scenario)

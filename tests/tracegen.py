@@ -23,7 +23,7 @@ all_gather / broadcast (a gloo:* annotation on a pt_gloo_runloop thread plus a c
 the training thread at call_ms), kernel / nccl (GPU kernels with their cudaLaunchKernel;
 options: name, stream, launch_ms, launch_us, count, every_ms), memcpy (options: kind,
 bytes), sync (a cudaStreamSynchronize call; options: name), memory (a [memory] event;
-options: total_allocated_bytes, device_type), event (any complete event; options: name,
+options: total_allocated_bytes, device_type, bytes [4096], addr [1]), event (any complete event; options: name,
 cat [cpu_op], tid [the training thread], args). Collectives take dtype [float] for their
 Input type. Any number may be a list indexed by step.
 """
@@ -85,8 +85,9 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
     elif kind == "memory":
         r.events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": r.pid,
                          "tid": MAIN_TID, "ts": round(t, 3),
-                         "args": {"Device Type": opts.get("device_type", 0), "Device Id": -1, "Addr": 1,
-                                  "Bytes": 4096, "Total Allocated": _at(opts["total_allocated_bytes"], si),
+                         "args": {"Device Type": opts.get("device_type", 0), "Device Id": -1,
+                                  "Addr": _at(opts.get("addr", 1), si), "Bytes": _at(opts.get("bytes", 4096), si),
+                                  "Total Allocated": _at(opts["total_allocated_bytes"], si),
                                   "Total Reserved": _at(opts["total_allocated_bytes"], si)}})
     elif kind in COLLECTIVES:
         numel = int(_at(opts.get("bytes", 4096), si)) // 4

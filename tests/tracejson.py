@@ -162,6 +162,29 @@ def gloo_annotations(events: list[dict]) -> list[dict]:
             and str(e.get("name", "")).startswith("gloo:")]
 
 
+# host calls that queue a group collective on gloo's runloop (point-to-point send/recv do not)
+C10D_GROUP_CALL = re.compile(r"^c10d::(allreduce|allgather|_allgather_base|reduce_scatter|_reduce_scatter_base"
+                             r"|broadcast|reduce|alltoall|barrier|gather|scatter)")
+
+
+def gloo_collectives(events: list[dict]) -> list[tuple[str, dict]]:
+    """(collective, annotation) for every gloo:* annotation: its own name, except that gloo runs
+    reduce_scatter_tensor as an all-reduce (a gloo:all_reduce queued by c10d::_reduce_scatter_base_),
+    which is 'gloo:reduce_scatter'. gloo runs its queue in order: the i-th annotation in time is
+    the i-th c10d group-collective call."""
+    runs = sorted(gloo_annotations(events), key=lambda e: (e["ts"], e["dur"]))
+    calls = sorted((e for e in events if complete(e) and C10D_GROUP_CALL.match(str(e.get("name", "")))),
+                   key=lambda e: (e["ts"], e["dur"]))
+    out = []
+    for i, run in enumerate(runs):
+        call = calls[i]["name"] if i < len(calls) else ""
+        name = run["name"]
+        if name == "gloo:all_reduce" and call.startswith(("c10d::_reduce_scatter_base", "c10d::reduce_scatter")):
+            name = "gloo:reduce_scatter"
+        out.append((name, run))
+    return out
+
+
 def kernel_steps(events: list[dict], base: int) -> Counter:
     """Counter of (ts_ns, name, step) for GPU activity: the step of the launching runtime call
     (matched by correlation), else the step its own time falls in."""

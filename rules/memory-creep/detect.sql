@@ -1,9 +1,26 @@
 -- One row per device kind on which allocated memory grows step over step on some ranks.
-WITH end_of_step AS (   -- allocated bytes after the last allocator event of each step
-    SELECT m.rank, m.step, m.device_kind, arg_max(m.total_allocated_bytes, m.ts_ns) AS allocated_bytes
+WITH unseen_frees AS (
+    -- Blocks a collective call allocated (gloo's copy of a reduce-scatter input, ...) that the trace
+    -- never frees: the communication library drops them on its own thread, where the profiler
+    -- records no free, so Total Allocated keeps counting them. Not growth of the program.
+    SELECT rank, device_kind, ts_ns, alloc_bytes
+    FROM memory
+    WHERE in_collective AND alloc_bytes > 0 AND NOT freed_in_trace
+),
+raw_end_of_step AS (   -- allocated bytes after the last allocator event of each step
+    SELECT m.rank, m.step, m.device_kind, arg_max(m.total_allocated_bytes, m.ts_ns) AS raw_bytes,
+           max(m.ts_ns) AS at_ns
     FROM memory AS m JOIN aligned_steps USING (step)
     WHERE m.total_allocated_bytes IS NOT NULL
     GROUP BY m.rank, m.step, m.device_kind
+),
+end_of_step AS (   -- ... minus the collectives' blocks allocated so far whose free the trace does not show
+    SELECT e.rank, e.step, e.device_kind,
+           e.raw_bytes - coalesce(sum(u.alloc_bytes), 0) AS allocated_bytes,
+           coalesce(sum(u.alloc_bytes), 0) AS unseen_free_bytes
+    FROM raw_end_of_step AS e
+    LEFT JOIN unseen_frees AS u ON u.rank = e.rank AND u.device_kind = e.device_kind AND u.ts_ns <= e.at_ns
+    GROUP BY e.rank, e.step, e.device_kind, e.raw_bytes
 ),
 deltas AS (
     SELECT *, allocated_bytes - lag(allocated_bytes) OVER (PARTITION BY rank, device_kind ORDER BY step) AS delta_bytes
@@ -13,7 +30,8 @@ per_rank AS (
     SELECT rank, device_kind, count(*) AS n_steps, list(step ORDER BY step) AS steps,
            regr_slope(allocated_bytes, step) AS slope_bytes,
            arg_min(allocated_bytes, step) AS first_bytes, arg_max(allocated_bytes, step) AS last_bytes,
-           100.0 * count(*) FILTER (WHERE delta_bytes > 0) / nullif(count(delta_bytes), 0) AS increasing_pct
+           100.0 * count(*) FILTER (WHERE delta_bytes > 0) / nullif(count(delta_bytes), 0) AS increasing_pct,
+           max(unseen_free_bytes) AS unseen_free_bytes
     FROM deltas GROUP BY rank, device_kind
 ),
 creeping AS (
@@ -34,7 +52,8 @@ SELECT
     round(max(last_bytes - first_bytes) / 1048576.0, 1) AS growth_mib,
     max(last_bytes) AS last_allocated_bytes,
     min(increasing_pct) AS increasing_steps_pct,
-    any_value(n_steps) AS steps_count
+    any_value(n_steps) AS steps_count,
+    max(unseen_free_bytes) AS collective_buffers_not_counted_bytes
 FROM creeping
 GROUP BY device_kind
 ORDER BY device_kind;
