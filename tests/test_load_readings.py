@@ -132,3 +132,64 @@ def test_fractional_times_below_the_double_limit_are_exact_to_the_ns(tmp_path):
         got = dict(con.execute("SELECT name, ts_ns FROM raw_events").fetchall())
     want = {f"op{i}": int(Decimal(t) * 1000) for i, t in enumerate(texts)}
     assert got == want
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Part files of 256 KiB (and a 64 KiB tail held back), so that a few-MB trace is split into
+    many parts and most of them are parsed while the rest of the file is still being split."""
+    from traceanalyze.load import overlap, split
+
+    monkeypatch.setattr(split, "PART_TARGET_BYTES", 256 << 10)
+    monkeypatch.setattr(split, "HOLD_BACK_BYTES", 64 << 10)
+    early = []
+    real = overlap.split_while_parsing
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        early.append(len(result.parsed))
+        return result
+
+    monkeypatch.setattr(load, "split_while_parsing", spy)
+    return early
+
+
+def _plain_copies(folder, dest):
+    """The folder's gzipped traces, uncompressed (only plain files are parsed while splitting)."""
+    dest.mkdir()
+    for path in sorted(folder.glob("*.pt.trace.json.gz")):
+        (dest / path.name[:-3]).write_bytes(gzip.decompress(path.read_bytes()))
+    return dest
+
+
+def test_parts_parsed_while_splitting_give_the_same_database(tmp_path, small_parts):
+    traces = _plain_copies(FIXTURES / "balanced", tmp_path / "traces")
+    early_db = tmp_path / "early.duckdb"
+    load.load_trace_dir(traces, early_db)
+    assert small_parts and small_parts[0] >= 4  # parts of each of the four files were parsed early
+    reference = tmp_path / "ref.duckdb"
+    load.load_trace_dir(FIXTURES / "balanced", reference)  # gzip, 48 MB parts: nothing early
+    for table in COMPARED_TABLES:
+        if table != "load_issues":
+            assert table_rows(early_db, table) == table_rows(reference, table), table
+
+
+def test_a_value_the_typed_reading_refuses_in_an_early_part_is_read_the_careful_way(
+        tmp_path, small_parts, monkeypatch):
+    traces = _plain_copies(FIXTURES / "balanced", tmp_path / "traces")
+    first = sorted(traces.iterdir())[0]
+    text = first.read_text()
+    at = text.index('"External id": ', len(text) // 10)
+    end = text.index(",", at)
+    first.write_text(text[:at] + '"External id": "not a number"' + text[end:])
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(traces, db)
+    assert small_parts == [0]  # the early parse failed and was undone
+    monkeypatch.setattr(load, "READINGS", (False,))
+    generic = tmp_path / "generic.duckdb"
+    load.load_trace_dir(traces, generic)
+    for table in COMPARED_TABLES:
+        assert table_rows(db, table) == table_rows(generic, table), table
+    with duckdb.connect(str(db), read_only=True) as con:
+        (n,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+    assert n == sum(len(json.loads(p.read_text())["traceEvents"]) for p in traces.iterdir())

@@ -9,7 +9,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,9 @@ from traceanalyze.load.kineto import (
     base_time_ns,
     insert_events,
 )
-from traceanalyze.load.split import SplitTrace, split_trace
+from traceanalyze.load.overlap import split_while_parsing
+from traceanalyze.load.source import estimated_uncompressed_bytes
+from traceanalyze.load.split import SplitTrace
 
 Progress = Callable[[str], None]
 # what DuckDB raises for malformed JSON or values it cannot convert (other errors are bugs)
@@ -171,11 +172,10 @@ def _load_into(con, target: Path, discovery: Discovery, work: Path, say: Progres
     files = discovery.files
     total_mb = sum(tf.size_bytes for tf in files) / 1e6
     say(f"reading {len(files)} trace file(s), {total_mb:.1f} MB on disk")
-    splits = _split_all(files, work)
-    _limit_memory(con, sum(s.events_bytes for s in splits))
-    _insert_ranks(con, files, splits)
+    _limit_memory(con, sum(estimated_uncompressed_bytes(tf.path) for tf in files))
     memory_notes: list[tuple[str, str]] = []
-    _relaxing_memory(con, lambda: _insert_events(con, files, splits, say), memory_notes)
+    splits = _split_and_parse(con, files, work, say, memory_notes)
+    _insert_ranks(con, files, splits)
     _make_times_exact(con, files, splits)
     _convert_begin_end(con)
     _record_issues(con, discovery, splits)
@@ -228,17 +228,34 @@ def _relaxing_memory(con, action: Callable[[], None], notes: list[tuple[str, str
         action()
 
 
-def _split_all(files: list[TraceFile], work: Path) -> list[SplitTrace]:
-    """Copy each file's events into part files; files are read in parallel threads."""
-    def one(item: tuple[int, TraceFile]) -> SplitTrace:
-        i, tf = item
-        out = work / f"r{i}"
-        out.mkdir()
-        return split_trace(tf.path, out)
+# what makes the early (typed) parse give up, to be redone by the careful path
+EARLY_PARSE_ERRORS = (*BAD_JSON_ERRORS, duckdb.OutOfMemoryException)
 
-    workers = max(1, min(len(files), os.cpu_count() or 1, 8))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, enumerate(files)))
+
+def _split_and_parse(con, files: list[TraceFile], work: Path, say: Progress,
+                     memory_notes: list[tuple[str, str]]) -> list[SplitTrace]:
+    """Split the files into parts while DuckDB parses them (typed reading, one transaction);
+    if that fails anywhere, undo it and parse everything the careful way (_insert_events)."""
+    say("splitting and parsing the trace events")
+    con.begin()
+    try:
+        over = split_while_parsing(files, work, lambda rows: insert_events(con, rows, typed=True),
+                                   EARLY_PARSE_ERRORS)
+        done = over.failed is None and over.bases_held(files)
+        if done and (rest := over.unparsed(files)):
+            try:
+                insert_events(con, rest, typed=True)
+            except EARLY_PARSE_ERRORS:
+                done = False
+    except BaseException:
+        con.rollback()
+        raise
+    if done:
+        con.commit()
+        return over.splits
+    con.rollback()
+    _relaxing_memory(con, lambda: _insert_events(con, files, over.splits, say), memory_notes)
+    return over.splits
 
 
 def _insert_ranks(con, files: list[TraceFile], splits: list[SplitTrace]) -> None:

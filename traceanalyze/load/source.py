@@ -31,6 +31,17 @@ def is_gzip(path: Path) -> bool:
         return fh.read(2) == GZIP_MAGIC
 
 
+def estimated_uncompressed_bytes(path: Path) -> int:
+    """The size of the file's content: its size, or for gzip the length its trailer records
+    (modulo 4 GiB, so a bigger file is underestimated; never below the compressed size)."""
+    size = path.stat().st_size
+    if not is_gzip(path) or size < 18:
+        return size
+    with open(path, "rb") as fh:
+        fh.seek(size - 4)
+        return max(size, int.from_bytes(fh.read(4), "little"))
+
+
 def max_uncompressed_bytes(path: Path) -> int:
     """Bound on what one gzip file may expand to before we refuse it."""
     return max(MIN_ALLOWANCE_BYTES, path.stat().st_size * MAX_EXPANSION)

@@ -13,14 +13,16 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceanalyze.errors import TraceFormatError
-from traceanalyze.load.source import StreamCut, iter_blocks
+from traceanalyze.load.source import StreamCut, is_gzip, iter_blocks
 
 PART_TARGET_BYTES = 48 << 20
 HEAD_SEARCH_BYTES = 256 << 20
+HEAD_PEEK_BYTES = 2 << 20  # (peek_metadata)
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # between two events: `}` `,` whitespace, then `{` opening an event
 EVENT_GAP = re.compile(rb'\}\s*,\s*(?=\{\s*")')
@@ -54,8 +56,10 @@ class SplitTrace:
 class _PartWriter:
     """Writes `[` + events + `]` files of about PART_TARGET_BYTES each."""
 
-    def __init__(self, out_dir: Path, stem: str, target_bytes: int) -> None:
+    def __init__(self, out_dir: Path, stem: str, target_bytes: int,
+                 on_part: Callable[[Path], None] | None = None) -> None:
         self.out_dir, self.stem, self.target = out_dir, stem, target_bytes
+        self.on_part = on_part  # told of each part as soon as it is complete (not of the last one)
         self.parts: list[Path] = []
         self.fh = None
         self.size = 0
@@ -97,6 +101,8 @@ class _PartWriter:
             if gap is not None:
                 self._emit(data[: gap.start() + 1])
                 self.close()
+                if self.on_part is not None:
+                    self.on_part(self.parts[-1])
                 self._open()
                 data = data[gap.end():]
         self._emit(data)
@@ -177,9 +183,14 @@ def _complete_events_prefix(text: bytes) -> int:
     return len(s[:good].encode("utf-8", errors="surrogateescape"))
 
 
-def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES) -> SplitTrace:
-    """Copy the events of `path` into part files under `out_dir`."""
-    writer = _PartWriter(out_dir, path.name.replace(".", "_"), target_bytes)
+def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES,
+                on_part: Callable[[Path], None] | None = None) -> SplitTrace:
+    """Copy the events of `path` into part files under `out_dir`.
+
+    `on_part(path)` is called from this thread for every part but the last as soon as it is
+    complete (the last one may still be rewritten if the file turns out to be truncated).
+    """
+    writer = _PartWriter(out_dir, path.name.replace(".", "_"), target_bytes, on_part)
     head = b""
     start = None
     held: deque[bytes] = deque()  # written only once HOLD_BACK_BYTES follow them: the array's
@@ -240,6 +251,23 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
         result.parts = writer.parts
     result.notes[:0] = read_notes
     return result
+
+
+def peek_metadata(path: Path) -> dict | None:
+    """The metadata around the events of an uncompressed trace, read from its two ends
+    without the events; None for a gzip file or when it cannot be found that way."""
+    if is_gzip(path):
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(min(size, HEAD_PEEK_BYTES))
+        start = _find_events_start(head)
+        if start is None or size - start < 2 * HOLD_BACK_BYTES:
+            return None
+        fh.seek(size - HOLD_BACK_BYTES)
+        tail = fh.read()
+    found = _find_events_end(tail, head[:start])
+    return found[1] if found is not None else None
 
 
 def _recover_truncated(writer: _PartWriter, pending: bytes, head: bytes, consumed: int) -> SplitTrace:

@@ -1,0 +1,97 @@
+"""Split trace files and parse their parts at the same time.
+
+split.py copies each file's events into part files, one thread per file; as soon as a part
+is complete, the caller's `parse` (DuckDB, which releases the GIL) reads it from this
+thread, so copying and parsing overlap instead of running one after the other.
+
+Only parts whose rank's time base is known before its split ends are handed over early:
+parts of uncompressed files, whose metadata (baseTimeNanoseconds sits after the events)
+`peek_metadata` reads from the file's two ends. The other parts (gzip files, the last part
+of each file, which may still be rewritten when the file is truncated) are left to the
+caller, as are the files whose early parse failed: see `Overlapped`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.kineto import base_time_ns
+from traceanalyze.load import split
+from traceanalyze.load.split import SplitTrace, peek_metadata, split_trace
+
+PartRow = tuple[int, str, int]  # (rank, part path, base_ns): what kineto.insert_events reads
+BATCH_PARTS = max(2, min(os.cpu_count() or 2, 8))  # parts per parse: one per DuckDB thread
+
+
+@dataclass
+class Overlapped:
+    """The splits of all files, and which parts were already parsed."""
+
+    splits: list[SplitTrace]
+    parsed: list[PartRow]  # parts already parsed (empty when `failed`)
+    failed: BaseException | None  # the error that stopped early parsing: undo what was parsed
+
+    def unparsed(self, files: list[TraceFile]) -> list[PartRow]:
+        done = {path for _, path, _ in self.parsed}
+        return [(tf.rank, str(p), base_time_ns(sp.metadata))
+                for tf, sp in zip(files, self.splits) for p in sp.parts if str(p) not in done]
+
+    def bases_held(self, files: list[TraceFile]) -> bool:
+        """The time bases used early are the files' real ones (peeked metadata was right)."""
+        real = {tf.rank: base_time_ns(sp.metadata) for tf, sp in zip(files, self.splits)}
+        return all(real[rank] == base for rank, _, base in self.parsed)
+
+
+def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[list[PartRow]], None],
+                        parse_errors: tuple[type[BaseException], ...]) -> Overlapped:
+    """Split every file under `work`; `parse(rows)` the parts it can as they are written.
+
+    A `parse` that raises one of `parse_errors` stops early parsing (the error is returned
+    in Overlapped.failed); any other error, and every split error, propagates once all
+    split threads have ended.
+    """
+    bases: list[int | None] = []
+    for tf in files:
+        meta = peek_metadata(tf.path)
+        bases.append(None if meta is None else base_time_ns(meta))
+    ready: queue.Queue[tuple[int, Path | None]] = queue.Queue()
+
+    def split_one(i: int, tf: TraceFile) -> SplitTrace:
+        try:
+            out = work / f"r{i}"
+            out.mkdir()
+            early = (lambda part: ready.put((i, part))) if bases[i] is not None else None
+            return split_trace(tf.path, out, target_bytes=split.PART_TARGET_BYTES, on_part=early)
+        finally:
+            ready.put((i, None))  # this file is done (or failed)
+
+    parsed: list[PartRow] = []
+    batch: list[PartRow] = []
+    failed: BaseException | None = None
+    workers = max(1, min(len(files), os.cpu_count() or 1, 8))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(split_one, i, tf) for i, tf in enumerate(files)]
+        running = len(files)
+        try:
+            while running:
+                i, part = ready.get()
+                if part is None:
+                    running -= 1
+                else:
+                    batch.append((files[i].rank, str(part), bases[i]))
+                if batch and failed is None and (len(batch) >= BATCH_PARTS or not running):
+                    try:
+                        parse(batch)
+                        parsed += batch
+                    except parse_errors as exc:
+                        failed = exc
+                    batch = []
+        finally:
+            splits = [f.result() for f in futures]  # (re-raises a split's error)
+    return Overlapped(splits, [] if failed else parsed, failed)
