@@ -193,3 +193,30 @@ def test_a_value_the_typed_reading_refuses_in_an_early_part_is_read_the_careful_
     with duckdb.connect(str(db), read_only=True) as con:
         (n,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     assert n == sum(len(json.loads(p.read_text())["traceEvents"]) for p in traces.iterdir())
+
+
+@pytest.mark.parametrize("folder", [SHARED_TRACES / "kineto-resnet50-nw0", FIXTURES / "balanced"],
+                         ids=["kineto-2021", "torch-2.13"])
+def test_args_keys_spelled_both_ways_are_read(folder, tmp_path):
+    """`"Bytes"` ([memory] events) next to `"bytes"` (memcpy), and old Kineto's `"external id"`
+    next to `"External id"`: DuckDB matches keys case-sensitively; both spellings must load."""
+    want_bytes, want_ext = {}, {}
+    for path in sorted(folder.glob("*.pt.trace.json.gz")):
+        top = json.loads(gzip.decompress(path.read_bytes()))
+        rank = (top.get("distributedInfo") or {}).get("rank", 0)
+        for e in top["traceEvents"]:
+            args = e.get("args") or {}
+            for key in ("Bytes", "bytes"):
+                if key in args:
+                    want_bytes[rank] = want_bytes.get(rank, 0) + args[key]
+            for key in ("External id", "external id"):
+                if key in args:
+                    want_ext[rank] = want_ext.get(rank, 0) + 1
+    assert want_bytes and want_ext
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(folder, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        got_bytes = dict(con.execute("SELECT rank, sum(bytes) FROM raw_events WHERE bytes IS NOT NULL GROUP BY rank").fetchall())
+        got_ext = dict(con.execute("SELECT rank, count(external_id) FROM raw_events GROUP BY rank").fetchall())
+    assert got_bytes == want_bytes
+    assert got_ext == want_ext

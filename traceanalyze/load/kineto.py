@@ -34,7 +34,7 @@ ARG_FIELDS = [
     ("correlation", "correlation", "BIGINT"),
     ("device", "device", "INTEGER"),
     ("stream", "stream", "BIGINT"),
-    ("bytes", "bytes", "BIGINT"),  # args.bytes (memcpy) and args.Bytes ([memory]): keys match case-insensitively
+    ("bytes", "bytes", "BIGINT"),  # args.bytes (memcpy) and args.Bytes ([memory], see ARG_ALIASES)
     ("Input Dims", "input_dims", "VARCHAR"),
     ("Input type", "input_type", "VARCHAR"),
     ("Sequence number", "seq_number", "BIGINT"),
@@ -59,13 +59,23 @@ ARG_FIELDS = [
 ]
 
 
+# Other spellings of args keys, renamed by split.py (KEY_RENAMES) because DuckDB refuses STRUCT
+# fields that differ only in case: read as well, the first non-NULL value wins.
+ARG_ALIASES = {"External id": ["__ta_external_id"], "bytes": ["__ta_Bytes"]}
+
+
+def _arg_keys() -> list[tuple[str, str]]:
+    """(JSON key, SQL type) of every args key read, aliases included."""
+    return [(k, sqltype) for key, _, sqltype in ARG_FIELDS for k in [key, *ARG_ALIASES.get(key, [])]]
+
+
 def _quote(key: str) -> str:
     return '"' + key.replace('"', '""') + '"'
 
 
 def read_json_columns() -> dict[str, str]:
     """The `columns` argument of read_json: top-level keys plus a STRUCT of the kept args."""
-    struct = ", ".join(f"{_quote(key)} VARCHAR" for key, _, _ in ARG_FIELDS)
+    struct = ", ".join(f"{_quote(key)} VARCHAR" for key, _ in _arg_keys())
     return {**EVENT_COLUMNS, "args": f"STRUCT({struct})"}
 
 
@@ -75,7 +85,7 @@ TYPED_EVENT_COLUMNS = {**EVENT_COLUMNS, "ts": "DOUBLE", "dur": "DOUBLE"}
 
 def typed_read_json_columns() -> dict[str, str]:
     struct = ", ".join(f"{_quote(key)} {'BIGINT' if sqltype in ('BIGINT', 'INTEGER') else 'VARCHAR'}"
-                       for key, _, sqltype in ARG_FIELDS)
+                       for key, sqltype in _arg_keys())
     return {**TYPED_EVENT_COLUMNS, "args": f"STRUCT({struct})"}
 
 
@@ -142,8 +152,9 @@ INEXACT_RANKS_SQL = f"SELECT DISTINCT rank FROM raw_events WHERE ts_ns = {INEXAC
 
 
 def _arg_sql(key: str, col: str, sqltype: str, typed: bool) -> str:
-    return (f"args.{_quote(key)} AS {col}" if typed
-            else f"TRY_CAST(args.{_quote(key)} AS {sqltype}) AS {col}")
+    values = [f"args.{_quote(k)}" if typed else f"TRY_CAST(args.{_quote(k)} AS {sqltype})"
+              for k in [key, *ARG_ALIASES.get(key, [])]]
+    return f"{values[0] if len(values) == 1 else 'coalesce(' + ', '.join(values) + ')'} AS {col}"
 
 
 def select_events_sql(exact_times: bool = False, lenient: bool = False, typed: bool = False) -> str:

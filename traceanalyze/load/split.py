@@ -36,6 +36,10 @@ HOLD_BACK_BYTES = 8 << 20  # the array's end and the metadata after it must fit 
 # exactly, and kineto.py puts P back (see kineto.TS_PREFIX_KEY). A C-speed bytes.replace,
 # no per-event Python; a ts this misses stays long and is caught by kineto's exactness check.
 TS_PREFIX_KEY = b"__ta_tsp"
+# DuckDB's JSON reader matches keys case-sensitively but refuses two STRUCT fields that differ
+# only in case: args keys spelled both ways in the wild get a distinct name (kineto.py reads
+# both). `"Bytes"`: [memory] events (`"bytes"`: memcpy); `"external id"`: Kineto before ~2022.
+KEY_RENAMES = [(b'"Bytes":', b'"__ta_Bytes":'), (b'"external id":', b'"__ta_external_id":')]
 LONG_FRACTIONAL_TS = re.compile(rb'"ts": (\d{13,})\.\d')
 TS_KEPT_DIGITS = 10
 EXACT_DOUBLE_LIMIT_US = 1 << 43  # (kineto.EXACT_DOUBLE_LIMIT_US)  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
@@ -64,7 +68,7 @@ class _PartWriter:
         self.fh = None
         self.size = 0
         self.events_bytes = 0
-        self.ts_subs: list[tuple[bytes, bytes]] = []  # (original, rewritten) byte patterns
+        self.subs: list[tuple[bytes, bytes]] = list(KEY_RENAMES)  # (original, rewritten) byte patterns
 
     def use_ts_prefix(self, prefix: int) -> None:
         """Rewrite `"ts": <prefix>...` and `"ts": <prefix + 1>...` (before the first write).
@@ -76,12 +80,12 @@ class _PartWriter:
         self.stem += f".tsp{prefix}"  # kineto.py reads the prefix back from the part name
         firsts = {str(prefix)[0], str(prefix + 1)[0]}
         d = next(x for x in (9, 7, 5) if str(x) not in firsts)
-        self.ts_subs = [(b'"ts": %d' % q, b'"%s": %d, "ts": %d' % (TS_PREFIX_KEY, q - d, d))
-                        for q in (prefix, prefix + 1)]
+        self.subs += [(b'"ts": %d' % q, b'"%s": %d, "ts": %d' % (TS_PREFIX_KEY, q - d, d))
+                      for q in (prefix, prefix + 1)]
 
     def restore(self, data: bytes) -> bytes:
         """The original text of rewritten `data`."""
-        for original, rewritten in self.ts_subs:
+        for original, rewritten in reversed(self.subs):
             data = data.replace(rewritten, original)
         return data
 
@@ -109,7 +113,7 @@ class _PartWriter:
 
     def _emit(self, data: bytes) -> None:
         self.events_bytes += len(data)
-        for original, rewritten in self.ts_subs:
+        for original, rewritten in self.subs:
             data = data.replace(original, rewritten)
         self.fh.write(data)
         self.size += len(data)
@@ -196,7 +200,7 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
     held: deque[bytes] = deque()  # written only once HOLD_BACK_BYTES follow them: the array's
     # end is searched in what is held at EOF. Whole blocks, never copied to be held.
     held_bytes = 0
-    carry = b""  # (ts rewrite only) the end of the last block, after its last `\n` or `,`
+    carry = b""  # the end of the last block, after its last `\n` or `,`
     consumed = 0  # uncompressed bytes before the held blocks
     cut = False
     read_notes: list[tuple[str, str]] = []
@@ -216,10 +220,10 @@ def split_trace(path: Path, out_dir: Path, target_bytes: int = PART_TARGET_BYTES
                 # (below 2**43 us, about 101 days of uptime, a double holds the ns: nothing to do)
                 if first_ts is not None and int(first_ts.group(1)) >= EXACT_DOUBLE_LIMIT_US:
                     writer.use_ts_prefix(int(first_ts.group(1)[:-TS_KEPT_DIGITS]))
-            if writer.ts_subs:  # blocks end after a `\n` or `,`: never inside a `"ts": <prefix>`
-                block = carry + block if carry else block
-                safe = max(block.rfind(b"\n"), block.rfind(b",")) + 1 or len(block)
-                block, carry = (block[:safe], block[safe:]) if safe < len(block) else (block, b"")
+            # blocks end after a `\n` or `,`: never inside a key or `"ts": <prefix>` being rewritten
+            block = carry + block if carry else block
+            safe = max(block.rfind(b"\n"), block.rfind(b",")) + 1 or len(block)
+            block, carry = (block[:safe], block[safe:]) if safe < len(block) else (block, b"")
             held.append(block)
             held_bytes += len(block)
             while held_bytes - len(held[0]) >= HOLD_BACK_BYTES:
