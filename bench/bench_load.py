@@ -217,6 +217,7 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
     runs, notes = [], []
     db = args.scratch / "db" / f"{label}.duckdb"
     db.parent.mkdir(parents=True, exist_ok=True)
+    load_before = _loadavg_1min()
     for i in range(args.repeat):
         if tool == "traceanalyze":
             cmd = traceanalyze_cmd(case, db, force=True)
@@ -242,7 +243,7 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
     rss = statistics.median(r["rss_bytes"] for r in runs)
     cpu = statistics.median(r["cpu_seconds"] for r in runs)
     return {"size": label, "tool": tool, "ok": True, "seconds": secs, "rss_bytes": rss, "cpu_seconds": cpu,
-            "json_bytes": case["json_bytes"], "runs": len(runs),
+            "json_bytes": case["json_bytes"], "runs": len(runs), "loadavg_before": load_before,
             "mb_per_s": case["json_bytes"] / 1e6 / secs, "note": "; ".join(notes)}
 
 
@@ -291,23 +292,26 @@ def machine() -> str:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size | vs HTA (MB/s) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size "
+            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     hta = {r["size"]: r for r in results if r["tool"] == "hta" and r.get("ok")}
     for r in results:
         size = f"{r['size']} ({r['json_bytes'] / 1e6:,.0f} MB)"
         if not r.get("ok"):
-            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} |")
+            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} | | |")
             continue
-        ratio = ""
+        ratio = cpu_ratio = ""
         if r["tool"] == "traceanalyze" and r["size"] in hta:
             ratio = f"{r['mb_per_s'] / hta[r['size']]['mb_per_s']:.1f}x"
+            cpu_ratio = f"{hta[r['size']]['cpu_seconds'] / r['cpu_seconds']:.1f}x"
         elif r["tool"] == "traceanalyze" and any(x["size"] == r["size"] and x["tool"] == "hta"
                                                  for x in results):
             ratio = "HTA failed"
         mbps = f"{r['mb_per_s']:,.0f}" if r["tool"] != "traceanalyze (re-run)" else "—"
         rows.append(f"| {size} | {r['tool']} | {r['seconds']:.2f} | {mbps} | {r.get('cpu_seconds', 0):.1f} | "
-                    f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {ratio} |")
+                    f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {ratio} | {cpu_ratio} "
+                    f"| {r.get('loadavg_before', '?')} |")
     return "\n".join(rows)
 
 
@@ -342,6 +346,13 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
     if path.exists() and marker in path.read_text():
         text += "\n" + marker + path.read_text().split(marker, 1)[1]
     path.write_text(text)
+
+
+def _loadavg_1min() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
 
 
 def _loadavg() -> str:
