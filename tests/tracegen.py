@@ -18,13 +18,16 @@ A spec describes what the training loop does in each step, in ms from the step s
       2: [...]
 
 Kinds: data (DataLoader __next__), forward (DDP forward + an aten op), backward (an autograd
-node), optimizer (Optimizer.step), op (a CPU op, options: name), all_reduce / barrier /
-all_gather / broadcast (a gloo:* annotation on a pt_gloo_runloop thread plus a c10d call on
-the training thread at call_ms), kernel / nccl (GPU kernels with their cudaLaunchKernel;
-options: name, stream, launch_ms, launch_us, count, every_ms), memcpy (options: kind,
-bytes), sync (a cudaStreamSynchronize call; options: name), memory (a [memory] event;
-options: total_allocated_bytes, device_type, bytes [4096], addr [1]), event (any complete event; options: name,
-cat [cpu_op], tid [the training thread], args). Collectives take dtype [float] for their
+node; options: nodes [1], that many back-to-back nodes instead), optimizer (Optimizer.step),
+op (a CPU op, options: name), all_reduce / barrier / all_gather / broadcast / reduce_scatter
+(a gloo:* annotation on a pt_gloo_runloop thread plus a 50 us c10d call on the training thread
+at call_ms; options: call, the c10d op's name, e.g. _allgather_base_ as FSDP2 calls it; gloo
+runs a reduce_scatter as a gloo:all_reduce of its input, the whole tensor, of `bytes`),
+kernel / nccl (GPU kernels with their cudaLaunchKernel; options: name, stream, launch_ms,
+launch_us, count, every_ms), memcpy (options: kind, bytes), sync (a cudaStreamSynchronize
+call; options: name), memory (a [memory] event; options: total_allocated_bytes, device_type,
+bytes [4096], addr [1]), event (any complete event; options: name, cat [cpu_op], tid [the
+training thread], args). Collectives take dtype [float] for their
 Input type. Any number may be a list indexed by step.
 """
 
@@ -37,7 +40,8 @@ from typing import Any
 BASE_US = 5_000_000.0  # first step start on a rank's clock, us
 MAIN_TID, GLOO_TID = 100, 200
 COLLECTIVES = {"all_reduce": "allreduce_", "barrier": "barrier", "all_gather": "allgather_",
-               "broadcast": "broadcast_"}
+               "broadcast": "broadcast_", "reduce_scatter": "_reduce_scatter_base_"}
+GLOO_RUNS = {"reduce_scatter": "all_reduce"}  # gloo runs reduce_scatter_tensor as an all-reduce of the whole tensor
 
 
 def _at(value: Any, step_index: int) -> Any:
@@ -73,7 +77,9 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
         r.x("DistributedDataParallel.forward", "user_annotation", t, d, MAIN_TID)
         r.x("aten::linear", "cpu_op", t + d * 0.05, d * 0.9, MAIN_TID)
     elif kind == "backward":
-        r.x("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", t, d, MAIN_TID)
+        nodes = int(opts.get("nodes", 1))  # a real backward is many autograd nodes, one after another
+        for i in range(nodes):
+            r.x("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", t + i * d / nodes, d / nodes, MAIN_TID)
     elif kind == "optimizer":
         r.x("Optimizer.step#SGD.step", "user_annotation", t, d, MAIN_TID)
     elif kind == "op":
@@ -91,10 +97,10 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
                                   "Total Reserved": _at(opts["total_allocated_bytes"], si)}})
     elif kind in COLLECTIVES:
         numel = int(_at(opts.get("bytes", 4096), si)) // 4
-        r.x(f"gloo:{kind}", "user_annotation", t, d, GLOO_TID,
+        r.x(f"gloo:{GLOO_RUNS.get(kind, kind)}", "user_annotation", t, d, GLOO_TID,
             **{"Input Dims": [[numel]], "Input type": [opts.get("dtype", "float")]})
         call = _at(opts["call_ms"], si) * 1000 + opts["_step_start_us"] if "call_ms" in opts else t
-        r.x(f"c10d::{COLLECTIVES[kind]}", "cpu_op", call, 50.0, MAIN_TID)
+        r.x(f"c10d::{opts.get('call', COLLECTIVES[kind])}", "cpu_op", call, 50.0, MAIN_TID)
     else:
         raise ValueError(f"unknown event kind {kind!r}")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 
 def _sql_text(name: str) -> str:

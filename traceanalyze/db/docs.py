@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_CREATE = re.compile(r"CREATE (?:OR REPLACE )?TABLE (\w+)", re.IGNORECASE)
+_CREATE = re.compile(r"CREATE (?:OR REPLACE )?(?:TEMP(?:ORARY)? )?TABLE (\w+)", re.IGNORECASE)
 _COLUMN = re.compile(r"^\s*(?:[\w.]+\s+AS\s+|[\w.]+\.)?(\w+)\b[^-]*?,?\s*--\s*(.+)$")
 _COLUMN_AS = re.compile(r"\bAS\s+(\w+),?\s*--\s*(.+)$", re.IGNORECASE)
 
@@ -30,6 +30,9 @@ def parse_comments(sql: str) -> dict[str, dict[str, str]]:
             depth += line.count("(") - line.count(")")
             continue
         code, _, comment = line.partition("--")
+        if code.rstrip().endswith("("):  # `name AS (   -- ...`: a CTE or subquery, not a column
+            depth += code.count("(") - code.count(")")
+            continue
         m_as = _COLUMN_AS.search(code + "--" + comment)
         name = m_as.group(1) if m_as else _column_name(code)
         if name and depth <= 1:

@@ -1,11 +1,16 @@
 -- One row per collective per rank: from NCCL/RCCL kernels (GPU), gloo:* annotations (CPU), or record_param_comms.
 CREATE OR REPLACE TABLE collectives AS
 WITH gpu AS (
-    SELECT rank, step, collective_op(coalesce(collective_name,
-               regexp_extract(name, '(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)', 1))) AS op,
-           coalesce(pg_name, 'default') AS process_group, ts_ns, end_ns,
-           in_msg_nelems * dtype_bytes(dtype) AS bytes, 'nccl_kernel' AS source, name
-    FROM kernels WHERE kind = 'communication'
+    SELECT k.rank, k.step, collective_op(coalesce(k.collective_name,
+               regexp_extract(k.name, '(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)', 1))) AS op,
+           coalesce(k.pg_name, 'default') AS process_group, k.ts_ns, k.end_ns,
+           k.in_msg_nelems * dtype_bytes(k.dtype) AS bytes, 'nccl_kernel' AS source, k.name,
+           l.tid AS call_tid, l.end_ns AS call_end_ns
+    FROM kernels AS k
+    LEFT JOIN (SELECT rank, correlation, any_value(tid) AS tid, any_value(end_ns) AS end_ns
+               FROM runtime WHERE correlation IS NOT NULL GROUP BY rank, correlation) AS l
+        ON l.rank = k.rank AND l.correlation = k.correlation
+    WHERE k.kind = 'communication'
 ),
 -- gloo:* annotations: the work as the pt_gloo_runloop threads ran it
 gloo_runs AS (
@@ -20,15 +25,15 @@ gloo_runs AS (
 ),
 -- the c10d:: calls that queue group collectives on gloo's runloop, in issue order
 gloo_calls AS (
-    SELECT rank, collective_op(substr(name, 7)) AS call_op, ts_ns AS call_ts_ns,
-           row_number() OVER (PARTITION BY rank ORDER BY ts_ns, end_ns) AS k
+    SELECT rank, collective_op(substr(name, 7)) AS call_op, ts_ns AS call_ts_ns, end_ns AS call_end_ns,
+           tid AS call_tid, row_number() OVER (PARTITION BY rank ORDER BY ts_ns, end_ns) AS k
     FROM cpu_ops
     WHERE name LIKE 'c10d::%'
       AND collective_op(substr(name, 7)) IN ('all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'reduce',
                                              'all_to_all', 'barrier', 'gather', 'scatter')
 ),
 gloo_paired AS (
-    SELECT r.*, c.call_op,
+    SELECT r.*, c.call_op, c.call_ts_ns, c.call_end_ns, c.call_tid,
            c.call_op IS NULL OR (c.call_ts_ns <= r.ts_ns
                AND (c.call_op = r.gloo_op OR (c.call_op = 'reduce_scatter' AND r.gloo_op = 'all_reduce'))) AS consistent
     FROM gloo_runs AS r LEFT JOIN gloo_calls AS c ON c.rank = r.rank AND c.k = r.k
@@ -44,12 +49,14 @@ gloo AS (
     -- annotation belongs to the i-th call; the pairing is used only where every pair agrees.
     SELECT p.rank, p.step,
            CASE WHEN t.trusted AND p.call_op = 'reduce_scatter' THEN 'reduce_scatter' ELSE p.gloo_op END AS op,
-           'default' AS process_group, p.ts_ns, p.end_ns, p.bytes, 'gloo_annotation' AS source, p.name
+           'default' AS process_group, p.ts_ns, p.end_ns, p.bytes, 'gloo_annotation' AS source, p.name,
+           CASE WHEN t.trusted THEN p.call_tid END AS call_tid, CASE WHEN t.trusted THEN p.call_end_ns END AS call_end_ns
     FROM gloo_paired AS p JOIN gloo_trusted AS t USING (rank)
 ),
 param_comms AS (
     SELECT rank, step, collective_op(collective_name) AS op, coalesce(pg_name, 'default') AS process_group,
-           ts_ns, end_ns, in_msg_nelems * dtype_bytes(dtype) AS bytes, 'record_param_comms' AS source, name
+           ts_ns, end_ns, in_msg_nelems * dtype_bytes(dtype) AS bytes, 'record_param_comms' AS source, name,
+           tid AS call_tid, end_ns AS call_end_ns
     FROM cpu_ops
     WHERE name = 'record_param_comms' AND collective_op(collective_name) IS NOT NULL
 ),
@@ -73,7 +80,9 @@ SELECT
     u.end_ns,                               -- end, ns
     u.end_ns - u.ts_ns AS dur_ns,           -- duration, ns: transfer plus waiting for the other ranks
     u.source,                               -- nccl_kernel | gloo_annotation | record_param_comms
-    u.name                                  -- the event it came from (gloo:all_reduce for a reduce_scatter that gloo runs as an all-reduce)
+    u.name,                                 -- the event it came from (gloo:all_reduce for a reduce_scatter that gloo runs as an all-reduce)
+    u.call_tid,                             -- host thread of the call that issued it: the runtime call that launched the NCCL kernel, the c10d:: call that queued the gloo run (paired in order, NULL on a rank where the order does not match), or the record_param_comms op itself
+    u.call_end_ns                           -- end of that host call, ns (rank clock); NULL when unknown
 FROM unioned AS u JOIN best AS b ON u.rank = b.rank AND u.priority = b.priority
 WHERE u.op IS NOT NULL
 ORDER BY u.rank, u.ts_ns;

@@ -7,6 +7,16 @@
 -- > other (idle, nothing in flight). On CPU gloo jobs the DDP all-reduce runs on a
 -- pt_gloo_runloop thread, so waiting for it shows up as an idle training-loop thread
 -- while a gloo:* collective is open; on GPU jobs the same holds for NCCL kernels.
+--
+-- Above all of these: waiting for a gloo collective the training loop issued itself. From the
+-- end of its c10d:: call to the end of the gloo run, whatever the loop does not start in that
+-- time (ops merged with the 1 ms tolerance of forward / backward) is comm_exposed, even
+-- inside an enclosing range: FSDP waits inside its FSDP::all_gather ranges in forward and
+-- inside autograd nodes in backward, SyncBatchNorm inside its forward op and backward node,
+-- DDP's buffer broadcast inside DistributedDataParallel.forward. Work that runs while the
+-- collective is in flight (DDP's backward nodes under a gradient bucket's all-reduce) starts
+-- inside the span and keeps its label. Only host-run collectives: an NCCL kernel does not
+-- block the thread that launched it (it blocks only in a sync call, an op of its own).
 
 -- The training-loop thread of each rank: the thread that records ProfilerStep#N, else the busiest CPU thread.
 CREATE OR REPLACE TABLE main_threads AS
@@ -74,11 +84,43 @@ host_ops AS (   -- unlabelled training-loop ops: forward before the last backwar
 ),
 inflight AS (
     SELECT rank, step, ts_ns, end_ns, 'inflight' AS mark FROM collectives WHERE step IS NOT NULL
+),
+wait_spans AS (   -- host-run (gloo) collectives the training loop issued: from the end of its call to the collective's end
+    SELECT row_number() OVER () AS span, c.rank, c.step, c.call_end_ns AS ts_ns, c.end_ns
+    FROM collectives AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.call_tid
+    WHERE c.source = 'gloo_annotation' AND c.step IS NOT NULL AND c.end_ns > c.call_end_ns
+),
+span_busy AS (    -- what the loop started during the span (the span's start counts as busy: the call just ended)
+    SELECT span, ts_ns, ts_ns AS end_ns FROM wait_spans
+    UNION ALL
+    SELECT w.span, h.ts_ns, least(h.end_ns, w.end_ns)
+    FROM wait_spans AS w JOIN _host_events AS h
+        ON h.rank = w.rank AND h.on_main AND h.ts_ns > w.ts_ns AND h.ts_ns < w.end_ns
+    WHERE h.name NOT LIKE 'ProfilerStep#%'
+),
+busy_ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY span ORDER BY ts_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM span_busy
+),
+busy_runs AS (    -- merged with the 1 ms tolerance of forward / backward (gaps below it are Python overhead)
+    SELECT span, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns
+    FROM (SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns + 1000000 THEN 1 ELSE 0 END)
+                        OVER (PARTITION BY span ORDER BY ts_ns, end_ns) AS run
+          FROM busy_ordered)
+    GROUP BY span, run
+),
+waiting AS (      -- the rest of the span: the loop waits for the collective, whatever range encloses the wait
+    SELECT w.rank, w.step, b.end_ns AS ts_ns,
+           coalesce(lead(b.ts_ns) OVER (PARTITION BY b.span ORDER BY b.ts_ns), w.end_ns) AS end_ns,
+           'waiting' AS mark
+    FROM busy_runs AS b JOIN wait_spans AS w USING (span)
 )
 SELECT rank, step, mark, ts_ns, end_ns FROM named WHERE mark IS NOT NULL
 UNION ALL SELECT rank, step, 'h2d', ts_ns, end_ns FROM h2d
 UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM host_ops
-UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM inflight;
+UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM inflight
+UNION ALL SELECT rank, step, mark, ts_ns, end_ns FROM waiting WHERE end_ns > ts_ns;
 
 -- each mark merged into disjoint runs (gaps below 1 ms inside forward / backward are Python overhead)
 CREATE OR REPLACE TEMP TABLE _runs AS
@@ -99,7 +141,7 @@ islands AS (
     FROM ordered
 )
 SELECT rank, step, mark, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
-       CASE mark WHEN 'data_wait' THEN 1 WHEN 'h2d' THEN 2 WHEN 'optimizer' THEN 3 WHEN 'backward' THEN 4
+       CASE mark WHEN 'waiting' THEN 0 WHEN 'data_wait' THEN 1 WHEN 'h2d' THEN 2 WHEN 'optimizer' THEN 3 WHEN 'backward' THEN 4
                  WHEN 'forward' THEN 5 WHEN 'comm_call' THEN 6 WHEN 'host_other' THEN 7 ELSE 8 END AS priority
 FROM islands GROUP BY rank, step, mark, run;
 
@@ -117,7 +159,7 @@ segments AS (
 labelled AS (
     SELECT g.rank, g.step, g.ts_ns, g.end_ns,
            CASE min(r.priority)
-               WHEN 1 THEN 'data_wait' WHEN 2 THEN 'h2d' WHEN 3 THEN 'optimizer' WHEN 4 THEN 'backward'
+               WHEN 0 THEN 'comm_exposed' WHEN 1 THEN 'data_wait' WHEN 2 THEN 'h2d' WHEN 3 THEN 'optimizer' WHEN 4 THEN 'backward'
                WHEN 5 THEN 'forward' WHEN 6 THEN 'comm_exposed' WHEN 7 THEN 'other' WHEN 8 THEN 'comm_exposed'
                ELSE 'other' END AS phase
     FROM segments AS g
