@@ -18,8 +18,9 @@ numbers change; the text layout (indentation, key order, number format) is Kinet
 Measured per run (a fresh process, page cache warm):
 - seconds: wall time of the whole process (interpreter start, imports, parse, write);
 - MB/s: uncompressed JSON bytes / seconds;
-- peak RSS: ru_maxrss of the child from wait4 (largest process of its tree; DuckDB's
-  and pandas' memory included).
+- peak RSS: the child's VmHWM, which it prints at exit (DuckDB's and pandas' memory
+  included); ru_maxrss from wait4 only if it does not (that one also counts this process's
+  pages that the child shares between fork and exec).
 traceanalyze runs `traceanalyze load DIR --db FILE --force` (cold), then the same
 command without --force on the unchanged files (reuse of the stored database).
 HTA runs `TraceAnalysis(trace_files={0: path}, trace_dir=dir)`, which is how a user
@@ -189,12 +190,33 @@ def run_measured(cmd: list[str], timeout: float, env: dict | None = None) -> dic
     wall = time.perf_counter() - t0
     timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"seconds": wall, "rss_bytes": usage.ru_maxrss * 1024, "rc": proc.returncode,
+    text = output.decode(errors="replace")
+    # the child's own high-water mark (VmHWM) when it reports it: wait4's ru_maxrss also counts
+    # the pages of this (large) benchmark process that the child shared between fork and exec
+    hwm = re.findall(r"^BENCH_HWM_KB (\d+)$", text, re.MULTILINE)
+    rss = int(hwm[-1]) * 1024 if hwm else usage.ru_maxrss * 1024
+    return {"seconds": wall, "rss_bytes": rss, "rc": proc.returncode,
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            "timed_out": timed_out.is_set(), "output": output.decode(errors="replace")[-2000:]}
+            "timed_out": timed_out.is_set(), "output": text[-2000:]}
 
 
-HTA_SNIPPET = r"""
+# printed by every measured child at exit: its peak resident memory
+HWM_REPORT = r"""
+import atexit as _atexit, sys as _sys
+def _report_hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            print("BENCH_HWM_KB", line.split()[1], file=_sys.stderr, flush=True)
+_atexit.register(_report_hwm)
+"""
+
+TRACEANALYZE_SNIPPET = HWM_REPORT + r"""
+import runpy
+_sys.argv = ["traceanalyze", *_sys.argv[1:]]
+runpy.run_module("traceanalyze", run_name="__main__")
+"""
+
+HTA_SNIPPET = HWM_REPORT + r"""
 import logging, os, sys, time
 logging.disable(logging.WARNING)
 t0 = time.perf_counter()
@@ -209,7 +231,7 @@ print(f"BENCH events={len(df)} import_s={t1 - t0:.2f} parse_s={t2 - t1:.2f}")
 
 
 def traceanalyze_cmd(case: dict, db: Path, force: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "traceanalyze", "load", str(case["dir"]), "--db", str(db), "-q"]
+    cmd = [sys.executable, "-c", TRACEANALYZE_SNIPPET, "load", str(case["dir"]), "--db", str(db), "-q"]
     return cmd + (["--force"] if force else [])
 
 
@@ -227,7 +249,8 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
             cmd = [args.hta_python, "-c", HTA_SNIPPET, str(case["file"])]
         res = run_measured(cmd, args.timeout)
         state = "timeout" if res["timed_out"] else ("ok" if res["rc"] == 0 else f"rc={res['rc']}")
-        extra = " ".join(line for line in res["output"].splitlines() if line.startswith("BENCH"))
+        extra = " ".join(line for line in res["output"].splitlines()
+                         if line.startswith("BENCH") and not line.startswith("BENCH_HWM"))
         log(f"  {label:9} {tool:22} run {i + 1}: {res['seconds']:7.2f} s  cpu {res['cpu_seconds']:7.2f} s  "
             f"{res['rss_bytes'] / 1e6:7.0f} MB  {state} {extra}")
         if state != "ok":
@@ -329,7 +352,9 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   ids offset); `.gz` is `gzip -6` of the 500 MB one (MB/s counts uncompressed bytes).
 - each number is the median of the runs (up to {args.repeat}), each in a fresh process (page
   cache warm); seconds are the whole process's wall time, CPU s its user + system time (less
-  sensitive to other load on a shared machine); peak RSS is the child's ru_maxrss (wait4).
+  sensitive to other load on a shared machine); peak RSS is the child's VmHWM, printed by
+  the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
+  child shared between fork and exec).
 - traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: split, DuckDB parse
   into `raw_events`, all derived tables, alignment, written to the DuckDB file.
   "re-run" is the same command without `--force` on the unchanged files (database reused).
