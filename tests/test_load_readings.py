@@ -220,3 +220,30 @@ def test_args_keys_spelled_both_ways_are_read(folder, tmp_path):
         got_ext = dict(con.execute("SELECT rank, count(external_id) FROM raw_events GROUP BY rank").fetchall())
     assert got_bytes == want_bytes
     assert got_ext == want_ext
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["gzip", "uncompressed"])
+def test_a_time_base_written_after_the_events_applies_to_parts_parsed_early(tmp_path, small_parts, plain,
+                                                                            monkeypatch):
+    """baseTimeNanoseconds comes after the events: an uncompressed file's is read from its end
+    first; a gzip file's parts are parsed with 0 and the rank's times shifted afterwards."""
+    source = SHARED_TRACES / "hta-nccl-parser-config" / "nccl_data.json.gz"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    if plain:
+        (traces / "rank0.json").write_bytes(gzip.decompress(source.read_bytes()))
+    else:
+        (traces / "rank0.json.gz").write_bytes(source.read_bytes())
+    early_db = tmp_path / "early.duckdb"
+    load.load_trace_dir(traces, early_db)
+    assert small_parts and small_parts[0] >= 2  # several parts were parsed before the base was known
+    from traceanalyze.load import split
+
+    monkeypatch.setattr(split, "PART_TARGET_BYTES", 1 << 30)  # the reference: one part, nothing early
+    reference = tmp_path / "ref.duckdb"
+    load.load_trace_dir(traces, reference)
+    for table in COMPARED_TABLES:
+        assert table_rows(early_db, table) == table_rows(reference, table), table
+    with duckdb.connect(str(early_db), read_only=True) as con:
+        (lo,) = con.execute("SELECT min(ts_ns) FROM raw_events").fetchone()
+    assert lo > 1711964646000000000  # the base is in every time

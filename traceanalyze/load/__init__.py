@@ -26,6 +26,7 @@ from traceanalyze.load.kineto import (
     add_exact_times,
     base_time_ns,
     insert_events,
+    shift_times,
 )
 from traceanalyze.load.overlap import split_while_parsing
 from traceanalyze.load.source import estimated_uncompressed_bytes
@@ -241,12 +242,15 @@ def _split_and_parse(con, files: list[TraceFile], work: Path, say: Progress,
     try:
         over = split_while_parsing(files, work, lambda rows: insert_events(con, rows, typed=True),
                                    EARLY_PARSE_ERRORS)
-        done = over.failed is None and over.bases_held(files)
+        done = over.failed is None
         if done and (rest := over.unparsed(files)):
             try:
                 insert_events(con, rest, typed=True)
             except EARLY_PARSE_ERRORS:
                 done = False
+        if done:
+            for rank, shift_ns in over.corrections(files):
+                shift_times(con, rank, shift_ns)
     except BaseException:
         con.rollback()
         raise

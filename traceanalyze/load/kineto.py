@@ -217,6 +217,14 @@ def insert_events(con: duckdb.DuckDBPyConnection, parts: list[tuple[int, str, in
     )
 
 
+def shift_times(con: duckdb.DuckDBPyConnection, rank: int, shift_ns: int) -> None:
+    """Add `shift_ns` to a rank's times (parsed with a provisional time base), keeping the
+    range check and the INEXACT_NS marks of the reading."""
+    shifted = f"TRY(ts_ns + {int(shift_ns)})"
+    con.execute(f"UPDATE raw_events SET ts_ns = CASE WHEN ts_ns = {INEXACT_NS} THEN ts_ns"
+                f" ELSE {_in_time_range(shifted)} END WHERE rank = ? AND ts_ns IS NOT NULL", [rank])
+
+
 EXACT_KEYS = {"ts": "__traceanalyze_ts_ns", "dur": "__traceanalyze_dur_ns"}
 _FRACTIONAL_TIME = re.compile(rb'"(ts|dur)"(\s*:\s*)(-?\d+\.\d+)(?=\s*[,}])')
 

@@ -4,11 +4,12 @@ split.py copies each file's events into part files, one thread per file; as soon
 is complete, the caller's `parse` (DuckDB, which releases the GIL) reads it from this
 thread, so copying and parsing overlap instead of running one after the other.
 
-Only parts whose rank's time base is known before its split ends are handed over early:
-parts of uncompressed files, whose metadata (baseTimeNanoseconds sits after the events)
-`peek_metadata` reads from the file's two ends. The other parts (gzip files, the last part
-of each file, which may still be rewritten when the file is truncated) are left to the
-caller, as are the files whose early parse failed: see `Overlapped`.
+A part is parsed with its rank's time base (baseTimeNanoseconds, written after the events):
+for an uncompressed file `peek_metadata` reads it from the file's two ends first; for a gzip
+file it is not known before the split ends, so 0 is used and the caller shifts the rank's
+times afterwards if the real base differs (`Overlapped.corrections`). The last part of each
+file (it may still be rewritten when the file turns out to be truncated) is left to the
+caller, as is everything when an early parse failed: see `Overlapped`.
 """
 
 from __future__ import annotations
@@ -38,14 +39,18 @@ class Overlapped:
     failed: BaseException | None  # the error that stopped early parsing: undo what was parsed
 
     def unparsed(self, files: list[TraceFile]) -> list[PartRow]:
+        """The parts left to parse, with the time base their rank's early parts used."""
         done = {path for _, path, _ in self.parsed}
-        return [(tf.rank, str(p), base_time_ns(sp.metadata))
+        used = {rank: base for rank, _, base in self.parsed}
+        return [(tf.rank, str(p), used.get(tf.rank, base_time_ns(sp.metadata)))
                 for tf, sp in zip(files, self.splits) for p in sp.parts if str(p) not in done]
 
-    def bases_held(self, files: list[TraceFile]) -> bool:
-        """The time bases used early are the files' real ones (peeked metadata was right)."""
+    def corrections(self, files: list[TraceFile]) -> list[tuple[int, int]]:
+        """(rank, ns to add to its times) where the early parse used a time base that turned
+        out wrong (a gzip file's real baseTimeNanoseconds, known only once it is split)."""
+        used = {rank: base for rank, _, base in self.parsed}
         real = {tf.rank: base_time_ns(sp.metadata) for tf, sp in zip(files, self.splits)}
-        return all(real[rank] == base for rank, _, base in self.parsed)
+        return [(rank, real[rank] - base) for rank, base in sorted(used.items()) if real[rank] != base]
 
 
 def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[list[PartRow]], None],
@@ -56,18 +61,15 @@ def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[lis
     in Overlapped.failed); any other error, and every split error, propagates once all
     split threads have ended.
     """
-    bases: list[int | None] = []
-    for tf in files:
-        meta = peek_metadata(tf.path)
-        bases.append(None if meta is None else base_time_ns(meta))
+    bases = [base_time_ns(peek_metadata(tf.path) or {}) for tf in files]  # (0: unknown yet)
     ready: queue.Queue[tuple[int, Path | None]] = queue.Queue()
 
     def split_one(i: int, tf: TraceFile) -> SplitTrace:
         try:
             out = work / f"r{i}"
             out.mkdir()
-            early = (lambda part: ready.put((i, part))) if bases[i] is not None else None
-            return split_trace(tf.path, out, target_bytes=split.PART_TARGET_BYTES, on_part=early)
+            return split_trace(tf.path, out, target_bytes=split.PART_TARGET_BYTES,
+                               on_part=lambda part: ready.put((i, part)))
         finally:
             ready.put((i, None))  # this file is done (or failed)
 
