@@ -22,10 +22,15 @@ collective_calls AS (
     SELECT rank, tid, ts_ns, end_ns FROM annotations
     WHERE NOT on_gpu AND (name LIKE 'gloo:%' OR name LIKE 'nccl:%')
 ),
-in_call AS (
+reach AS (   -- per thread, in start order: the latest end among the calls started so far
+    SELECT rank, tid, ts_ns,
+           max(end_ns) OVER (PARTITION BY rank, tid ORDER BY ts_ns RANGE UNBOUNDED PRECEDING) AS max_end_ns
+    FROM collective_calls
+),
+in_call AS (   -- an event is inside a call when a call started at or before it has not ended yet
     SELECT DISTINCT e.rank, e.tid, e.ts_ns
-    FROM events AS e JOIN collective_calls AS c
-        ON c.rank = e.rank AND c.tid = e.tid AND e.ts_ns >= c.ts_ns AND e.ts_ns <= c.end_ns
+    FROM events AS e ASOF JOIN reach AS c ON c.rank = e.rank AND c.tid = e.tid AND e.ts_ns >= c.ts_ns
+    WHERE e.ts_ns <= c.max_end_ns
 )
 SELECT
     e.rank,                                 -- global rank

@@ -70,7 +70,7 @@ h2d AS (   -- those calls and the tensor-copy ops around them (aten::to / aten::
     UNION
     SELECT h.rank, h.step, h.ts_ns, h.end_ns
     FROM _host_events AS h JOIN h2d_calls AS c
-        ON c.rank = h.rank AND h.ts_ns <= c.ts_ns AND h.end_ns >= c.end_ns
+        ON c.rank = h.rank AND c.step = h.step AND h.ts_ns <= c.ts_ns AND h.end_ns >= c.end_ns
     WHERE h.on_main AND h.name IN ('aten::to', 'aten::_to_copy', 'aten::copy_')
 ),
 last_backward AS (
@@ -95,7 +95,7 @@ span_busy AS (    -- what the loop started during the span (the span's start cou
     UNION ALL
     SELECT w.span, h.ts_ns, least(h.end_ns, w.end_ns)
     FROM wait_spans AS w JOIN _host_events AS h
-        ON h.rank = w.rank AND h.on_main AND h.ts_ns > w.ts_ns AND h.ts_ns < w.end_ns
+        ON h.rank = w.rank AND h.step = w.step AND h.on_main AND h.ts_ns > w.ts_ns AND h.ts_ns < w.end_ns
     WHERE h.name NOT LIKE 'ProfilerStep#%'
 ),
 busy_ordered AS (
