@@ -224,8 +224,8 @@ def _relaxing_memory(con, action: Callable[[], None], notes: list[tuple[str, str
     except duckdb.OutOfMemoryException:
         (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
         con.execute("RESET memory_limit")
-        notes.append(("memory-limit-lifted", f"DuckDB needed more than its memory limit ({limit}) to load "
-                      "these traces; the limit was lifted (see TRACEANALYZE_MEMORY_LIMIT)"))
+        notes.append(("memory-limit-lifted", (f"DuckDB needed more than its memory limit ({limit}) to load "
+                                              "these traces; the limit was lifted (see TRACEANALYZE_MEMORY_LIMIT)")))
         action()
 
 

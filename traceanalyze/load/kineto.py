@@ -114,13 +114,6 @@ def _typed_time_ns(expr: str) -> str:
 # "ts": <d>5495519689.047` (d one digit): the short number survives DuckDB's double exactly,
 # and the prefix comes back as tsp x 10^(digits of the short ns - 1).
 TS_PREFIX_KEY = "__ta_tsp"
-_TS_PREFIX_IN_NAME = re.compile(r"\.tsp(\d+)\.part")
-
-
-def part_ts_prefix(path: str) -> int | None:
-    """The ts prefix split.py took out of the events of a part file (from its name), or None."""
-    m = _TS_PREFIX_IN_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
 
 
 def _with_ts_prefix(short_ns: str, tsp: str) -> str:
@@ -245,7 +238,3 @@ def base_time_ns(metadata: dict) -> int:
     """Newer Kineto writes `ts` relative to `baseTimeNanoseconds`; older traces are absolute."""
     base = metadata.get("baseTimeNanoseconds")
     return base if isinstance(base, int) and not isinstance(base, bool) and 0 <= base < 2**62 else 0
-
-
-def part_path_text(path: Path) -> str:
-    return str(path)

@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceanalyze.load import split
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.kineto import base_time_ns
-from traceanalyze.load import split
 from traceanalyze.load.split import SplitTrace, peek_metadata, split_trace
 
 PartRow = tuple[int, str, int]  # (rank, part path, base_ns): what kineto.insert_events reads

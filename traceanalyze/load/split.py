@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceanalyze.errors import TraceFormatError
+from traceanalyze.load.kineto import EXACT_DOUBLE_LIMIT_US
 from traceanalyze.load.source import StreamCut, is_gzip, iter_blocks
 
 PART_TARGET_BYTES = 48 << 20
@@ -41,8 +42,7 @@ TS_PREFIX_KEY = b"__ta_tsp"
 # both). `"Bytes"`: [memory] events (`"bytes"`: memcpy); `"external id"`: Kineto before ~2022.
 KEY_RENAMES = [(b'"Bytes":', b'"__ta_Bytes":'), (b'"external id":', b'"__ta_external_id":')]
 LONG_FRACTIONAL_TS = re.compile(rb'"ts": (\d{13,})\.\d')
-TS_KEPT_DIGITS = 10
-EXACT_DOUBLE_LIMIT_US = 1 << 43  # (kineto.EXACT_DOUBLE_LIMIT_US)  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
+TS_KEPT_DIGITS = 10  # digits after the prefix: d + 10 digits + 3 decimals are exact in a double
 
 
 @dataclass
@@ -77,7 +77,6 @@ class _PartWriter:
         `"ts": <Q>` starts with (so the second pass cannot match what the first one wrote):
         the time is then ts + (Q - d) x 10^(digits of ts before the point - 1).
         """
-        self.stem += f".tsp{prefix}"  # kineto.py reads the prefix back from the part name
         firsts = {str(prefix)[0], str(prefix + 1)[0]}
         d = next(x for x in (9, 7, 5) if str(x) not in firsts)
         self.subs += [(b'"ts": %d' % q, b'"%s": %d, "ts": %d' % (TS_PREFIX_KEY, q - d, d))
