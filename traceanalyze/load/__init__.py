@@ -242,12 +242,13 @@ def _split_and_parse(con, files: list[TraceFile], work: Path, say: Progress,
     try:
         over = split_while_parsing(files, work, lambda rows: insert_events(con, rows, typed=True),
                                    EARLY_PARSE_ERRORS)
-        done = over.failed is None
-        if done and (rest := over.unparsed(files)):
+        refused = over.failed
+        if refused is None and (rest := over.unparsed(files)):
             try:
                 insert_events(con, rest, typed=True)
-            except EARLY_PARSE_ERRORS:
-                done = False
+            except EARLY_PARSE_ERRORS as exc:
+                refused = exc
+        done = refused is None
         if done:
             for rank, shift_ns in over.corrections(files):
                 shift_times(con, rank, shift_ns)
@@ -258,7 +259,11 @@ def _split_and_parse(con, files: list[TraceFile], work: Path, say: Progress,
         con.commit()
         return over.splits
     con.rollback()
-    _relaxing_memory(con, lambda: _insert_events(con, files, over.splits, say), memory_notes)
+    # a value the typed reading cannot take refuses it again: go straight to the generic one
+    # (an event beyond the small read buffer, or memory, are worth the typed reading's retry)
+    type_refusal = isinstance(refused, BAD_JSON_ERRORS) and "maximum_object_size" not in str(refused)
+    readings = tuple(r for r in READINGS if not (r and type_refusal))
+    _relaxing_memory(con, lambda: _insert_events(con, files, over.splits, say, readings), memory_notes)
     return over.splits
 
 
@@ -284,14 +289,15 @@ def _part_rows(tf: TraceFile, sp: SplitTrace) -> list[tuple[int, str, int]]:
 READINGS = (True, False)
 
 
-def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: Progress) -> None:
+def _insert_events(con, files: list[TraceFile], splits: list[SplitTrace], say: Progress,
+                   readings: tuple[bool, ...] = READINGS) -> None:
     """All ranks' parts in one parallel read: the typed reading first (fast; any value of an
     unexpected type refuses it), else the generic one; on failure, find the bad file and
     retry or explain."""
     mb = sum(s.events_bytes for s in splits) / 1e6
     say(f"parsing {mb:.1f} MB of trace events")
     rows = [row for tf, sp in zip(files, splits) for row in _part_rows(tf, sp)]
-    for typed in READINGS:
+    for typed in readings:
         try:
             _insert_with_object_bound(con, rows, typed=typed)
             return
