@@ -142,16 +142,16 @@ def small_parts(monkeypatch):
 
     monkeypatch.setattr(split, "PART_TARGET_BYTES", 256 << 10)
     monkeypatch.setattr(split, "HOLD_BACK_BYTES", 64 << 10)
-    early = []
+    runs = []  # Overlapped of each load
     real = overlap.split_while_parsing
 
-    def spy(*args, **kwargs):
-        result = real(*args, **kwargs)
-        early.append(len(result.parsed))
+    def spy(files, *args, **kwargs):
+        result = real(files, *args, **kwargs)
+        runs.append(result)
         return result
 
     monkeypatch.setattr(load, "split_while_parsing", spy)
-    return early
+    return runs
 
 
 def _plain_copies(folder, dest):
@@ -166,7 +166,9 @@ def test_parts_parsed_while_splitting_give_the_same_database(tmp_path, small_par
     traces = _plain_copies(FIXTURES / "balanced", tmp_path / "traces")
     early_db = tmp_path / "early.duckdb"
     load.load_trace_dir(traces, early_db)
-    assert small_parts and small_parts[0] >= 4  # parts of each of the four files were parsed early
+    (run,) = small_parts
+    assert len({rank for rank, _, _ in run.parsed}) == 4  # parts of each of the four files were parsed early
+    assert len(run.parsed) == sum(len(sp.parts) for sp in run.splits)  # the last ones too
     reference = tmp_path / "ref.duckdb"
     load.load_trace_dir(FIXTURES / "balanced", reference)  # gzip, 48 MB parts: nothing early
     for table in COMPARED_TABLES:
@@ -184,7 +186,7 @@ def test_a_value_the_typed_reading_refuses_in_an_early_part_is_read_the_careful_
     first.write_text(text[:at] + '"External id": "not a number"' + text[end:])
     db = tmp_path / "t.duckdb"
     load.load_trace_dir(traces, db)
-    assert small_parts == [0]  # the early parse failed and was undone
+    assert [run.parsed for run in small_parts] == [[]]  # the early parse failed and was undone
     monkeypatch.setattr(load, "READINGS", (False,))
     generic = tmp_path / "generic.duckdb"
     load.load_trace_dir(traces, generic)
@@ -236,7 +238,7 @@ def test_a_time_base_written_after_the_events_applies_to_parts_parsed_early(tmp_
         (traces / "rank0.json.gz").write_bytes(source.read_bytes())
     early_db = tmp_path / "early.duckdb"
     load.load_trace_dir(traces, early_db)
-    assert small_parts and small_parts[0] >= 2  # several parts were parsed before the base was known
+    assert len(small_parts[0].parsed) >= 2  # several parts were parsed before the base was known
     from traceanalyze.load import split
 
     monkeypatch.setattr(split, "PART_TARGET_BYTES", 1 << 30)  # the reference: one part, nothing early
@@ -247,3 +249,39 @@ def test_a_time_base_written_after_the_events_applies_to_parts_parsed_early(tmp_
     with duckdb.connect(str(early_db), read_only=True) as con:
         (lo,) = con.execute("SELECT min(ts_ns) FROM raw_events").fetchone()
     assert lo > 1711964646000000000  # the base is in every time
+
+
+def test_a_truncated_file_split_while_parsing_keeps_every_complete_event(tmp_path, small_parts):
+    """The last part of a cut file is rewritten after the split has found the cut: it is parsed
+    only then, and with the early parts it gives exactly the events before the cut."""
+    traces = _plain_copies(FIXTURES / "balanced", tmp_path / "traces")
+    first = sorted(traces.iterdir())[0]
+    text = first.read_text()
+    events = json.loads(text)["traceEvents"]
+    cut = int(len(text) * 0.8)
+    first.write_text(text[:cut])
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(traces, db)
+    (run,) = small_parts
+    assert len(run.parsed) == sum(len(sp.parts) for sp in run.splits) > 4  # all parsed while splitting
+    # the events whole before the cut, counted from the text: each event object of the array
+    # ends with `}` followed by `,` or the array's `]`
+    decoder = json.JSONDecoder()
+    pos = text.index("[", text.index('"traceEvents"')) + 1
+    whole = 0
+    while True:
+        while text[pos] in " \n\r\t,":
+            pos += 1
+        if text[pos] == "]":
+            break
+        try:
+            _, end = decoder.raw_decode(text[:cut], pos)
+        except json.JSONDecodeError:
+            break
+        whole, pos = whole + 1, end
+    assert 0 < whole < len(events)
+    with duckdb.connect(str(db), read_only=True) as con:
+        (rank,) = con.execute("SELECT rank FROM ranks WHERE file = ?", [str(first)]).fetchone()
+        (n,) = con.execute("SELECT count(*) FROM raw_events WHERE rank = ?", [rank]).fetchone()
+        (truncated,) = con.execute("SELECT truncated FROM ranks WHERE rank = ?", [rank]).fetchone()
+    assert n == whole and truncated

@@ -8,8 +8,8 @@ A part is parsed with its rank's time base (baseTimeNanoseconds, written after t
 for an uncompressed file `peek_metadata` reads it from the file's two ends first; for a gzip
 file it is not known before the split ends, so 0 is used and the caller shifts the rank's
 times afterwards if the real base differs (`Overlapped.corrections`). The last part of each
-file (it may still be rewritten when the file turns out to be truncated) is left to the
-caller, as is everything when an early parse failed: see `Overlapped`.
+file (it may still be rewritten when the file turns out to be truncated) is parsed once its
+split has ended. Everything is left to the caller when an early parse failed: see `Overlapped`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,16 @@ class Overlapped:
         return [(rank, real[rank] - base) for rank, base in sorted(used.items()) if real[rank] != base]
 
 
+def _wait_and_drain(ready: queue.Queue) -> list:
+    """The next item of `ready` (waiting for it) and every item already behind it."""
+    items = [ready.get()]
+    while True:
+        try:
+            items.append(ready.get_nowait())
+        except queue.Empty:
+            return items
+
+
 def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[list[PartRow]], None],
                         parse_errors: tuple[type[BaseException], ...]) -> Overlapped:
     """Split every file under `work`; `parse(rows)` the parts it can as they are written.
@@ -65,11 +75,19 @@ def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[lis
     ready: queue.Queue[tuple[int, Path | None]] = queue.Queue()
 
     def split_one(i: int, tf: TraceFile) -> SplitTrace:
+        told: list[Path] = []
+
+        def on_part(part: Path) -> None:
+            told.append(part)
+            ready.put((i, part))
+
         try:
             out = work / f"r{i}"
             out.mkdir()
-            return split_trace(tf.path, out, target_bytes=split.PART_TARGET_BYTES,
-                               on_part=lambda part: ready.put((i, part)))
+            result = split_trace(tf.path, out, target_bytes=split.PART_TARGET_BYTES, on_part=on_part)
+            for part in result.parts[len(told):]:  # the last part(s): final now that the split is done
+                ready.put((i, part))
+            return result
         finally:
             ready.put((i, None))  # this file is done (or failed)
 
@@ -82,11 +100,13 @@ def split_while_parsing(files: list[TraceFile], work: Path, parse: Callable[[lis
         running = len(files)
         try:
             while running:
-                i, part = ready.get()
-                if part is None:
-                    running -= 1
-                else:
-                    batch.append((files[i].rank, str(part), bases[i]))
+                # every part written meanwhile joins the batch: one parse spreads them over
+                # DuckDB's threads (one file per thread)
+                for i, part in _wait_and_drain(ready):
+                    if part is None:
+                        running -= 1
+                    else:
+                        batch.append((files[i].rank, str(part), bases[i]))
                 if batch and failed is None and (len(batch) >= BATCH_PARTS or not running):
                     try:
                         parse(batch)
