@@ -49,6 +49,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = Path("/work/shared/traces/hta-ns-resolution-trace/"
                       "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 DEFAULT_SCRATCH = Path("/tmp/traceanalyze-bench")
+# what the real traces the benchmark is run on are (the table says it)
+SOURCE_KINDS = {
+    DEFAULT_SOURCE.name: "a real V100 Kineto trace, 2024, epoch-µs timestamps with ns digits",
+    "nccl_data.json.gz": "a real A100 NCCL trace of torch 2.x: relative timestamps + baseTimeNanoseconds",
+}
 SIZES = {"100MB": 100_000_000, "500MB": 500_000_000, "2GB": 2_000_000_000}
 GZ_OF = "500MB"  # the size that also gets a gzipped copy
 TRACE_NAME = "rank-0.bench.pt.trace.json"
@@ -347,7 +352,7 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
 
 - machine: {machine()}
 - versions: {vers}
-- traces: {args.source.name} (a real V100 Kineto trace, {args.source_json_mb:.1f} MB of JSON)
+- traces: {args.source.name} ({SOURCE_KINDS.get(args.source.name, 'a real Kineto trace')}, {args.source_json_mb:.1f} MB of JSON)
   replicated in Kineto's text layout (ts shifted per replica, ProfilerStep#N renamed,
   ids offset); `.gz` is `gzip -6` of the 500 MB one (MB/s counts uncompressed bytes).
 - each number is the median of the runs (up to {args.repeat}), each in a fresh process (page
