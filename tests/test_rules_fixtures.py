@@ -1,8 +1,10 @@
 """The rule pack on real recorded traces: each scenario gets exactly its injected diagnosis.
 
 Ground truth is each scenario's expected.json (`injected`: rule, rank, cause, written by the
-recording script from what it injected), not numbers produced by the code under test. Every
-finding at warning or above must be one of the injected diagnoses; a balanced run gets none.
+recording script from what it injected; `inherent`: what is true of the job as recorded without
+any injection, with the test that measures it from the JSON), not numbers produced by the code
+under test. Every finding at warning or above must be one of those diagnoses; a balanced DDP run
+gets none.
 """
 
 from __future__ import annotations
@@ -31,9 +33,14 @@ def _scenarios() -> list[str]:
                                                               if p.name != "expected.json"))
 
 
-def _injected(scenario: str) -> list[dict]:
-    injected = json.loads((FIXTURES / scenario / "expected.json").read_text())["injected"]
+def _injected(scenario: str, key: str = "injected") -> list[dict]:
+    injected = json.loads((FIXTURES / scenario / "expected.json").read_text()).get(key)
     return [] if injected is None else injected if isinstance(injected, list) else [injected]
+
+
+def _diagnoses(scenario: str) -> list[dict]:
+    """What a scenario must be diagnosed with: what was injected, and what is inherent to the job."""
+    return _injected(scenario) + _injected(scenario, "inherent")
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +81,14 @@ def test_the_recorded_scenarios_are_there():
 
 def test_every_injected_pathology_has_a_rule():
     ids = {r.id for r in load_rules()}
-    missing = {i["rule"] for s in _scenarios() for i in _injected(s)} - ids
+    missing = {i["rule"] for s in _scenarios() for i in _diagnoses(s)} - ids
     assert not missing
 
 
 @pytest.mark.parametrize("scenario", _scenarios())
 def test_scenario_gets_exactly_its_injected_diagnosis(scenario, analyse):
     findings, ranks, _ = analyse(FIXTURES / scenario)
-    _assert_exactly(findings, ranks, _injected(scenario))
+    _assert_exactly(findings, ranks, _diagnoses(scenario))
 
 
 def _shift_clock(src: Path, dst: Path, offsets_ns: dict[int, int]) -> Path:
@@ -104,7 +111,7 @@ def test_clock_skew_between_hosts_changes_no_diagnosis(scenario, analyse, tmp_pa
     skewed = _shift_clock(FIXTURES / scenario, tmp_path / scenario,
                           {1: 7_000_000_000, 2: -2_500_000_000, 3: 40_000_000})
     findings, ranks, _ = analyse(skewed)
-    _assert_exactly(findings, ranks, _injected(scenario))
+    _assert_exactly(findings, ranks, _diagnoses(scenario))
 
 
 @pytest.mark.parametrize("scenario", ["input_straggler", "compute_straggler", "rank0_barrier",

@@ -16,10 +16,22 @@ per_rank AS (
            list(step ORDER BY step) AS steps
     FROM per_step GROUP BY rank
 ),
+sized AS (        -- what a collective moves: an all-gather produces its input (the rank's shard) times the ranks
+    SELECT c.op, c.rank, c.step,
+           CASE WHEN c.op = 'all_gather' THEN c.bytes * coalesce(r.world_size, (SELECT count(*) FROM ranks))
+                ELSE c.bytes END AS bytes
+    FROM collectives AS c LEFT JOIN ranks AS r USING (rank)
+    WHERE c.step IN (SELECT step FROM aligned_steps)
+),
 biggest AS (      -- what is being moved: the largest collective, the mean size, collectives per step
     SELECT arg_max(op, coalesce(bytes, -1)) AS op, max(bytes) AS bytes, avg(bytes) AS mean_bytes,
            count(*) / count(DISTINCT rank || '-' || step) AS per_step
-    FROM collectives WHERE step IN (SELECT step FROM aligned_steps)
+    FROM sized
+),
+sharded AS (      -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP marks its work on the host
+    SELECT EXISTS (SELECT 1 FROM collectives WHERE op = 'reduce_scatter')
+           OR EXISTS (SELECT 1 FROM annotations WHERE NOT on_gpu
+                      AND (name LIKE 'FSDP::%' OR name LIKE 'FullyShardedDataParallel%')) AS yes
 ),
 job AS (
     SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, min(comm_pct) AS min_comm_pct,
@@ -42,7 +54,8 @@ SELECT
     b.bytes AS largest_collective_bytes,
     round(b.bytes / 1048576.0, 1) AS largest_collective_mib,
     b.mean_bytes::BIGINT AS mean_collective_bytes,
-    b.per_step AS collectives_per_step_count
+    b.per_step AS collectives_per_step_count,
+    CASE WHEN (SELECT yes FROM sharded) THEN 'fsdp' ELSE 'default' END AS cause
 FROM job AS j CROSS JOIN biggest AS b
 WHERE j.min_comm_pct >= $min_comm_pct
   AND (b.mean_bytes IS NULL OR b.mean_bytes >= $min_mean_collective_bytes);
