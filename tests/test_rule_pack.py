@@ -199,3 +199,25 @@ def test_analyze_rejects_an_unknown_parameter_with_exit_code_2(tmp_path):
                   "-q")
     assert result.returncode == 2
     assert "bogus_pct" in result.stderr
+
+
+@pytest.mark.parametrize("folder", ["hta-large-integer", "hta-trace-file-list"])
+def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
+    """Steps of 0.2 and 1.6 ms: a finding's title gives its sub-ms times with two significant
+    digits (0.15 ms), never '0 ms' for time that is there."""
+    from conftest import SHARED_TRACES
+
+    from traceanalyze.load import load_trace_dir
+    from traceanalyze.ruleset import run_rules
+
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(SHARED_TRACES / folder, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        findings = [f for f in run_rules(con) if f.rule == "gpu-idle-gaps"]
+    assert findings
+    for f in findings:
+        idle_ms = f.evidence["idle_ms"]
+        assert 0 < idle_ms
+        assert " 0 ms" not in f.title
+        if idle_ms < 0.5:
+            assert f"idle {idle_ms:.2g} ms per step" in f.title

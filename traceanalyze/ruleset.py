@@ -245,11 +245,22 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+_FIXED_POINT = re.compile(r"\.(\d+)f")
+
+
 class _Template(string.Formatter):
-    """str.format that prints NULL values as 'n/a' whatever the format spec."""
+    """str.format that prints NULL values as 'n/a' whatever the format spec, and a nonzero
+    number that a fixed-point spec would round to zero ('0 ms' for 0.15 ms) with two
+    significant digits instead."""
 
     def format_field(self, value, format_spec):
-        return "n/a" if value is None else super().format_field(value, format_spec)
+        if value is None:
+            return "n/a"
+        fixed = _FIXED_POINT.fullmatch(format_spec)
+        if (fixed and isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
+                and abs(value) < 0.5 * 10 ** -int(fixed.group(1))):
+            return f"{value:.2g}"
+        return super().format_field(value, format_spec)
 
 
 def _render(rule: Rule, template: str, row: Mapping[str, Any]) -> str:
