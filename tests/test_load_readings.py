@@ -255,7 +255,7 @@ def test_a_truncated_file_split_while_parsing_keeps_every_complete_event(tmp_pat
     """The last part of a cut file is rewritten after the split has found the cut: it is parsed
     only then, and with the early parts it gives exactly the events before the cut."""
     traces = _plain_copies(FIXTURES / "balanced", tmp_path / "traces")
-    first = sorted(traces.iterdir())[0]
+    first = min(traces.iterdir())
     text = first.read_text()
     events = json.loads(text)["traceEvents"]
     cut = int(len(text) * 0.8)
