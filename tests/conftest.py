@@ -50,7 +50,12 @@ def once_per_session(tmp_path_factory):
     import hashlib
     import pickle
 
-    shared = tmp_path_factory.getbasetemp().parent / "once-per-session"
+    import os
+
+    # the session's own temp root: xdist workers get subfolders of it (popen-gwN), a run
+    # without xdist gets it itself (its parent is shared by every pytest run of the user)
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once-per-session"
     shared.mkdir(exist_ok=True)
     memo: dict[str, object] = {}
 

@@ -55,8 +55,11 @@ def check_fixture(scenario: str, base: Path, *extra: str) -> CheckRun:
 
 
 def expected(scenario: str) -> list[dict]:
-    """The injected problem(s) of a fixture from its expected.json, as a list."""
-    injected = json.loads((FIXTURES / scenario / "expected.json").read_text())["injected"]
-    if injected is None:
-        return []
-    return injected if isinstance(injected, list) else [injected]
+    """What a fixture must be diagnosed with, from its expected.json, as a list: the injected
+    problem(s), and any that is inherent to the job as recorded ("inherent")."""
+    data = json.loads((FIXTURES / scenario / "expected.json").read_text())
+    out = []
+    for key in ("injected", "inherent"):
+        value = data.get(key)
+        out += [] if value is None else value if isinstance(value, list) else [value]
+    return out

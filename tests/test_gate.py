@@ -300,7 +300,7 @@ def test_unknown_rule_ids_are_usage_errors(tmp_path):
 
 SEVERITY_ORDER = ["info", "warning", "error"]
 PATHOLOGICAL = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json") if expected(p.parent.name))
-HEALTHY = ["balanced", "find_unused_false", "grad_accum_nosync", "scaling_ws4", "fsdp_balanced"]
+HEALTHY = ["balanced", "find_unused_false", "grad_accum_nosync", "scaling_ws4"]
 
 
 @pytest.fixture(scope="session")

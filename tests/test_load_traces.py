@@ -249,3 +249,59 @@ def test_old_and_new_step_categories(once_per_session):
         for x in once_per_session(f"expected {folder}", lambda _, f=folder: expected(f)).values():
             cats |= {cat for (ph, cat) in x["ph_cat"] if ph == "X"}
     assert {"Operator", "cpu_op", "Kernel", "kernel", "Runtime", "cuda_runtime"} <= cats
+
+
+def test_a_last_step_cut_short_by_the_profiler_is_left_out_with_a_note(loaded_with_cli):
+    """The MI250 trace ends with a ProfilerStep of a few µs after a ~9 ms one (the profiler
+    stopped as it began): it stays in `steps`, marked, but is not an aligned step, so per-step
+    figures are those of the real step; load_issues says so."""
+    folder = SHARED_TRACES / "hta-amd-trace"
+    db, proc = loaded_with_cli(folder)
+    assert proc.returncode == 0, proc.stderr
+    (path,) = folder.glob("*.json.gz")
+    top, events = tj.read_trace(path)
+    windows = tj.steps(events, tj.base_ns(top))
+    first, last = min(windows), max(windows)
+    dur = {n: b - a for n, (a, b) in windows.items()}
+    assert len(windows) == 2 and dur[last] < 0.1 * dur[first]  # the trace is what the test is about
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT step, dur_ns, cut_short FROM steps ORDER BY step").fetchall() == [
+            (first, dur[first], False), (last, dur[last], True)]
+        assert con.execute("SELECT step FROM aligned_steps").fetchall() == [(first,)]
+        (note,) = con.execute("SELECT message FROM load_issues WHERE kind = 'step-cut-short'").fetchall()
+    assert f"step {last} lasts" in note[0]
+
+
+def _ranks_with_steps(tmp_path: Path, durations_ms: dict[int, list[float]]) -> Path:
+    """Rank files whose only events are ProfilerStep#1.. of the given durations, back to back."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank, durs in durations_ms.items():
+        events, ts = [], 1000.0
+        for i, d in enumerate(durs, start=1):
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
+                           "tid": 1, "ts": ts, "dur": d * 1000})
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                           "ts": ts + 1, "dur": d * 500})
+            ts += d * 1000 + 5
+        tj.write_trace(folder / f"rank{rank}.json", {"distributedInfo": {"rank": rank, "world_size": 2}},
+                       events)
+    return folder
+
+
+@pytest.mark.parametrize("last_ms, cut", [(0.05, True), (3.0, False)])
+def test_a_step_cut_short_on_one_rank_is_left_out_for_every_rank(cli, tmp_path, last_ms, cut):
+    """Cut short = a rank's last step under a tenth of the median of its others; a short but
+    real last step (3 ms against 10 ms) is kept."""
+    folder = _ranks_with_steps(tmp_path, {0: [10, 10, 10, 10], 1: [10, 10, 10, last_ms]})
+    db = tmp_path / "t.duckdb"
+    proc = cli("load", folder, "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        marked = con.execute("SELECT rank, step FROM steps WHERE cut_short").fetchall()
+        aligned = [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()]
+        kinds = {k for (k,) in con.execute("SELECT kind FROM load_issues").fetchall()}
+    assert marked == ([(1, 4)] if cut else [])
+    assert aligned == ([1, 2, 3] if cut else [1, 2, 3, 4])
+    assert ("step-cut-short" in kinds) == cut
+    assert "step-not-on-all-ranks" not in kinds  # it is on every rank: not what that note says

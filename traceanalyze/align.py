@@ -53,7 +53,19 @@ def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
                count(*)
         FROM steps AS s JOIN ranks AS r USING (rank)
         WHERE s.step NOT IN (SELECT step FROM aligned_steps)
+          AND s.step NOT IN (SELECT step FROM steps WHERE cut_short)
         GROUP BY s.rank, r.file
+    """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT s.rank, r.file, 'step-cut-short', 'info',
+               'step ' || s.step::VARCHAR || ' lasts ' || printf('%.3f', s.dur_ns / 1e6)
+               || ' ms against a median of ' || printf('%.3f', median(o.dur_ns) / 1e6)
+               || ' ms for the other steps: the profiler stopped as it began; it is left out of the per-step analysis',
+               NULL
+        FROM steps AS s JOIN ranks AS r USING (rank) JOIN steps AS o ON o.rank = s.rank AND o.step <> s.step
+        WHERE s.cut_short
+        GROUP BY s.rank, r.file, s.step, s.dur_ns
     """)
     con.execute("UPDATE ranks SET clock_offset_ns = 0 WHERE rank = (SELECT min(rank) FROM ranks)")
     con.execute(CLOCK_OFFSETS_SQL)

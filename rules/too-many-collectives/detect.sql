@@ -25,6 +25,7 @@ small AS (
         ON n.rank = s.rank AND n.step = s.step AND n.op = s.op AND n.op_index = s.op_index
     WHERE s.size_bytes IS NOT NULL AND s.size_bytes < $max_collective_bytes
       AND s.op IN ('all_reduce', 'reduce_scatter', 'all_gather', 'broadcast')
+      AND s.step IN (SELECT step FROM aligned_steps)
 ),
 sharded AS (          -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP marks its work on the host
     SELECT EXISTS (SELECT 1 FROM collectives WHERE op = 'reduce_scatter')

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 
 def _sql_text(name: str) -> str:

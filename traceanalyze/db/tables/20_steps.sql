@@ -23,14 +23,24 @@ whole_window AS (
     FROM raw_events AS e JOIN unmarked_ranks USING (rank)
     WHERE e.ph = 'X' AND e.ts_ns IS NOT NULL AND coalesce(e.cat, '') NOT IN ('Trace')
     GROUP BY e.rank
+),
+all_steps AS (
+    SELECT *, end_ns - ts_ns AS dur_ns,
+           row_number() OVER (PARTITION BY rank ORDER BY ts_ns DESC) = 1 AS is_last
+    FROM (SELECT * FROM marked_steps UNION ALL SELECT * FROM whole_window)
+),
+typical AS (      -- the median duration of each rank's steps but its last one
+    SELECT rank, median(dur_ns) AS others_median_ns FROM all_steps WHERE NOT is_last GROUP BY rank
 )
 SELECT
     rank,                                   -- global rank
     step,                                   -- N of ProfilerStep#N (0 for a synthetic whole-trace window)
     ts_ns,                                  -- step start on the rank's own clock, ns
-    end_ns - ts_ns AS dur_ns,               -- step duration, ns
+    dur_ns,                                 -- step duration, ns
     end_ns,                                 -- step end, ns
     synthetic,                              -- true when the trace had no ProfilerStep and the whole trace is one window
-    row_number() OVER (PARTITION BY rank ORDER BY ts_ns) - 1 AS step_index  -- 0-based position within the rank
-FROM (SELECT * FROM marked_steps UNION ALL SELECT * FROM whole_window)
+    row_number() OVER (PARTITION BY rank ORDER BY ts_ns) - 1 AS step_index,  -- 0-based position within the rank
+    coalesce(is_last AND NOT synthetic AND dur_ns < 0.1 * others_median_ns, false)
+        AS cut_short                        -- the rank's last step, under a tenth of its other steps' median: the profiler stopped as it began (left out of aligned_steps)
+FROM all_steps LEFT JOIN typical USING (rank)
 ORDER BY rank, ts_ns;

@@ -1,4 +1,4 @@
--- Steps present on every loaded rank: the steps that cross-rank comparisons use.
+-- Steps present on every loaded rank (and cut short on none): the steps that cross-rank comparisons use.
 CREATE OR REPLACE TABLE aligned_steps AS
 SELECT
     step,                                   -- ProfilerStep N present on every loaded rank
@@ -7,5 +7,5 @@ SELECT
     median(dur_ns)::BIGINT AS median_dur_ns -- median duration over ranks, ns
 FROM steps
 GROUP BY step
-HAVING count(DISTINCT rank) = (SELECT count(*) FROM ranks)
+HAVING count(DISTINCT rank) = (SELECT count(*) FROM ranks) AND NOT bool_or(cut_short)
 ORDER BY step;
