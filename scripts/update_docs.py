@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def generated_sections() -> dict[str, str]:
-    from traceanalyze.db import table_comments
-    from traceanalyze.db.docs import schema_markdown
+    from traceanalyze.db import _sql_text, table_comments
+    from traceanalyze.db.docs import macros_markdown, schema_markdown
 
-    sections = {"schema": schema_markdown(table_comments())}
+    sections = {"schema": schema_markdown(table_comments()),
+                "macros": macros_markdown(_sql_text("tables/00_macros.sql"))}
     try:
         from traceanalyze.ruleset import rules_markdown
     except ImportError:

@@ -186,3 +186,22 @@ def test_query_may_start_with_a_comment_line(cli, db, kernels):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [(r["rank"], r["step"], r["name"], r["ts_ns"], r["dur_ns"]) for r in rows] == kernels
+
+
+def test_the_documented_sql_helpers_exist_and_their_example_runs(cli, db):
+    """README "SQL helpers": every macro listed is in a loaded database, and the example works."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("### SQL helpers"):readme.index("<!-- macros:end -->")]
+    listed = re.findall(r"^\| `(\w+)\(", section, re.MULTILINE)
+    assert {"collective_op", "dtype_bytes", "first_input_numel", "collective_moved_bytes"} <= set(listed)
+    with duckdb.connect(str(db), read_only=True) as con:
+        macros = {n for (n,) in con.execute("SELECT function_name FROM duckdb_functions() "
+                                            "WHERE function_type = 'macro'").fetchall()}
+    assert set(listed) <= macros
+    (example,) = re.findall(r"\(`(SELECT [^`]+)`\)", section)
+    proc = cli("sql", db, example, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "all_gather"

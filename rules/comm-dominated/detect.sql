@@ -18,8 +18,7 @@ per_rank AS (
 ),
 sized AS (        -- what a collective moves: an all-gather produces its input (the rank's shard) times the ranks
     SELECT c.op, c.rank, c.step,
-           CASE WHEN c.op = 'all_gather' THEN c.bytes * coalesce(r.world_size, (SELECT count(*) FROM ranks))
-                ELSE c.bytes END AS bytes
+           collective_moved_bytes(c.op, c.bytes, coalesce(r.world_size, (SELECT count(*) FROM ranks))) AS bytes
     FROM collectives AS c LEFT JOIN ranks AS r USING (rank)
     WHERE c.step IN (SELECT step FROM aligned_steps)
 ),

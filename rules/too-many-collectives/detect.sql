@@ -15,8 +15,7 @@ not_gradient AS (     -- calls made in a DDP forward pass (SyncBatchNorm, buffer
     WHERE b.name LIKE 'autograd::engine::evaluate_function: SyncBatchNorm%'
 ),
 sized AS (            -- what a collective moves: an all-gather produces its input (the rank's shard) times the ranks
-    SELECT a.*, CASE WHEN a.op = 'all_gather'
-                     THEN a.bytes * coalesce(r.world_size, (SELECT count(*) FROM ranks)) ELSE a.bytes END AS size_bytes
+    SELECT a.*, collective_moved_bytes(a.op, a.bytes, coalesce(r.world_size, (SELECT count(*) FROM ranks))) AS size_bytes
     FROM collective_arrivals AS a LEFT JOIN ranks AS r USING (rank)
 ),
 small AS (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+_MACRO = re.compile(r"CREATE (?:OR REPLACE )?MACRO (\w+\([^)]*\))", re.IGNORECASE)
 _CREATE = re.compile(r"CREATE (?:OR REPLACE )?(?:TEMP(?:ORARY)? )?TABLE (\w+)", re.IGNORECASE)
 _COLUMN = re.compile(r"^\s*(?:[\w.]+\s+AS\s+|[\w.]+\.)?(\w+)\b[^-]*?,?\s*--\s*(.+)$")
 _COLUMN_AS = re.compile(r"\bAS\s+(\w+),?\s*--\s*(.+)$", re.IGNORECASE)
@@ -60,3 +61,19 @@ def schema_markdown(comments: dict[str, dict[str, str]]) -> str:
         lines.extend(f"| `{c}` | {t} |" for c, t in cols.items() if c)
         lines.append("")
     return "\n".join(lines)
+
+
+def macros_markdown(sql: str) -> str:
+    """A Markdown table of the SQL macros: each one's signature and the `--` lines above it."""
+    lines = ["| macro | what it does |", "|---|---|"]
+    comment: list[str] = []
+    for line in sql.splitlines():
+        stripped = line.strip()
+        m = _MACRO.search(line)
+        if m:
+            lines.append(f"| `{m.group(1)}` | {' '.join(comment)} |")
+        if stripped.startswith("--"):
+            comment.append(stripped[2:].strip())
+        elif not stripped or m:
+            comment = []
+    return "\n".join(lines) + "\n"

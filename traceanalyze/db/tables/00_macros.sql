@@ -1,6 +1,6 @@
 -- Small SQL helpers used by the tables below (and available to users and rules).
 
--- 'AllReduce', 'all_reduce', 'allreduce_', 'ncclDevKernel_AllReduce_Sum_f32' -> 'all_reduce'
+-- a collective's name as c10d, gloo or NCCL spell it -> one name: 'AllReduce', 'allreduce_' -> 'all_reduce', 'allgather_into_tensor_coalesced' -> 'all_gather'
 CREATE OR REPLACE MACRO collective_op(raw) AS (
     CASE regexp_replace(lower(coalesce(raw, '')), '[^a-z]', '', 'g')
         WHEN 'allreduce' THEN 'all_reduce'
@@ -44,4 +44,10 @@ CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
 -- elements of the first tensor in an "Input Dims" JSON list, e.g. '[[8, 512], []]' -> 4096
 CREATE OR REPLACE MACRO first_input_numel(input_dims) AS (
     list_product(TRY_CAST(json_extract(input_dims, '$[0]') AS BIGINT[]))::BIGINT
+);
+
+-- what a collective moves, from `collectives.bytes` (the rank's input): an all-gather produces
+-- its input (the rank's shard) times the ranks; the others move their input
+CREATE OR REPLACE MACRO collective_moved_bytes(op, bytes, ranks) AS (
+    CASE WHEN op = 'all_gather' THEN bytes * ranks ELSE bytes END
 );
