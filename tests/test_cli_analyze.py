@@ -140,3 +140,25 @@ def test_a_mistyped_param_fails_before_the_traces_are_loaded(tmp_path, cli):
     assert result.returncode == 2
     assert "no_such_param" in result.stderr
     assert not (tmp_path / "o" / "trace.duckdb").exists()
+
+
+def test_a_stored_database_with_older_macros_is_analyzed_with_the_current_ones(tmp_path, cli):
+    """A database written by another version is reused when its traces are unchanged; the rules
+    must still find the SQL helpers they use (here one is dropped, another replaced by a wrong
+    definition) and give the same findings as a fresh load."""
+    import duckdb
+
+    out = tmp_path / "out"
+    first = cli(FIXTURES / "large_allreduce", "--out", out, "--format", "json")
+    assert first.returncode == 0, first.stderr
+    with duckdb.connect(str(out / "trace.duckdb")) as con:
+        con.execute("DROP MACRO collective_moved_bytes")
+        con.execute("CREATE OR REPLACE MACRO collective_op(raw) AS (NULL)")
+    again = cli(FIXTURES / "large_allreduce", "--out", out, "--format", "json")
+    assert "reusing" in again.stderr
+    before, after = json.loads(first.stdout), json.loads(again.stdout)
+    assert not [i for i in after["load_issues"] if i["kind"] == "rule-failed"]
+    assert [(f["rule"], f["ranks"]) for f in after["findings"]] == [(f["rule"], f["ranks"]) for f in before["findings"]]
+    assert "comm-dominated" in {f["rule"] for f in after["findings"]}
+    sql = cli("sql", out / "trace.duckdb", "SELECT collective_op('AllReduce')", "--format", "csv")
+    assert sql.stdout.strip().splitlines()[-1] == "all_reduce"

@@ -221,3 +221,18 @@ def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
         assert " 0 ms" not in f.title
         if idle_ms < 0.5:
             assert f"idle {idle_ms:.2g} ms per step" in f.title
+
+
+def test_a_count_of_syncs_reads_as_english(tmp_path):
+    """host-sync on the Triton example (one cudaDeviceSynchronize per window): 'once', not '1 times'."""
+    from conftest import SHARED_TRACES
+
+    from traceanalyze.load import load_trace_dir
+    from traceanalyze.ruleset import run_rules
+
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(SHARED_TRACES / "hta-triton-example", db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        (f,) = [f for f in run_rules(con) if f.rule == "host-sync"]
+    assert f.evidence["syncs_per_step"] == 1
+    assert "synchronizes with the GPU once per step" in f.title

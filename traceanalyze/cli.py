@@ -9,6 +9,7 @@ import click
 import duckdb
 
 from traceanalyze import __version__
+from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
@@ -124,6 +125,7 @@ def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, writ
         # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH
         con = duckdb.connect(str(db_path), read_only=not write,
                              config={} if write else {"enable_external_access": False})
+        tracedb.use_current_macros(con)
     except duckdb.Error as exc:
         raise TraceanalyzeError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
     try:

@@ -249,13 +249,16 @@ _FIXED_POINT = re.compile(r"\.(\d+)f")
 
 
 class _Template(string.Formatter):
-    """str.format that prints NULL values as 'n/a' whatever the format spec, and a nonzero
+    """str.format that prints NULL values as 'n/a' whatever the format spec, a nonzero
     number that a fixed-point spec would round to zero ('0 ms' for 0.15 ms) with two
-    significant digits instead."""
+    significant digits instead, and `{n:times}` as 'once', 'twice', '3 times'."""
 
     def format_field(self, value, format_spec):
         if value is None:
             return "n/a"
+        if format_spec == "times":  # a count of occurrences: 'once', 'twice', '3 times'
+            n = round(value)
+            return {1: "once", 2: "twice"}.get(n, f"{n} times")
         fixed = _FIXED_POINT.fullmatch(format_spec)
         if (fixed and isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
                 and abs(value) < 0.5 * 10 ** -int(fixed.group(1))):

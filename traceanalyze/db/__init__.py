@@ -43,9 +43,18 @@ def create_macros(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_sql_text("tables/00_macros.sql"))
 
 
+def use_current_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """This version's macros as temporary macros of the connection (allowed read-only too): they
+    shadow those stored in a database written by another version, so rules and queries see
+    the helpers they were written against."""
+    con.execute(_sql_text("tables/00_macros.sql").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
+
+
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open a trace database file."""
-    return duckdb.connect(str(path), read_only=read_only)
+    """Open a trace database file, with this version's macros."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    use_current_macros(con)
+    return con
 
 
 def table_comments() -> dict[str, dict[str, str]]:
