@@ -29,8 +29,8 @@ all_steps AS (
            row_number() OVER (PARTITION BY rank ORDER BY ts_ns DESC) = 1 AS is_last
     FROM (SELECT * FROM marked_steps UNION ALL SELECT * FROM whole_window)
 ),
-typical AS (      -- the median duration of each rank's steps but its last one
-    SELECT rank, median(dur_ns) AS others_median_ns FROM all_steps WHERE NOT is_last GROUP BY rank
+shortest AS (     -- the shortest of each rank's steps but its last one
+    SELECT rank, min(dur_ns) AS others_min_ns FROM all_steps WHERE NOT is_last GROUP BY rank
 )
 SELECT
     rank,                                   -- global rank
@@ -40,7 +40,7 @@ SELECT
     end_ns,                                 -- step end, ns
     synthetic,                              -- true when the trace had no ProfilerStep and the whole trace is one window
     row_number() OVER (PARTITION BY rank ORDER BY ts_ns) - 1 AS step_index,  -- 0-based position within the rank
-    coalesce(is_last AND NOT synthetic AND dur_ns < 0.1 * others_median_ns, false)
-        AS cut_short                        -- the rank's last step, under a tenth of its other steps' median: the profiler stopped as it began (left out of aligned_steps)
-FROM all_steps LEFT JOIN typical USING (rank)
+    coalesce(is_last AND NOT synthetic AND dur_ns < 0.1 * others_min_ns, false)
+        AS cut_short                        -- the rank's last step, under a tenth of its shortest other step: the profiler stopped as it began (left out of aligned_steps)
+FROM all_steps LEFT JOIN shortest USING (rank)
 ORDER BY rank, ts_ns;
