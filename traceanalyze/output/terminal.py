@@ -66,7 +66,7 @@ def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
 
 
 def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
-    head = "Phases (ms/step)".ljust(17) + "".join(PHASE_HEADS[p].rjust(7) for p in PHASES) + "   step"
+    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_HEADS[p].rjust(7) for p in PHASES) + "   step"
     lines = [head]
     rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
             for r in _shown_ranks(summary, hot)]
