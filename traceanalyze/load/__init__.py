@@ -243,11 +243,6 @@ def _split_and_parse(con, files: list[TraceFile], work: Path, say: Progress,
         over = split_while_parsing(files, work, lambda rows: insert_events(con, rows, typed=True),
                                    EARLY_PARSE_ERRORS)
         refused = over.failed
-        if refused is None and (rest := over.unparsed(files)):
-            try:
-                insert_events(con, rest, typed=True)
-            except EARLY_PARSE_ERRORS as exc:
-                refused = exc
         done = refused is None
         if done:
             for rank, shift_ns in over.corrections(files):

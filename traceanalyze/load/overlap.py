@@ -32,18 +32,11 @@ BATCH_PARTS = max(2, min(os.cpu_count() or 2, 8))  # parts per parse: one per Du
 
 @dataclass
 class Overlapped:
-    """The splits of all files, and which parts were already parsed."""
+    """The splits of all files, and the parts parsed: every one, unless early parsing failed."""
 
     splits: list[SplitTrace]
-    parsed: list[PartRow]  # parts already parsed (empty when `failed`)
+    parsed: list[PartRow]  # every part of every file (empty when `failed`)
     failed: BaseException | None  # the error that stopped early parsing: undo what was parsed
-
-    def unparsed(self, files: list[TraceFile]) -> list[PartRow]:
-        """The parts left to parse, with the time base their rank's early parts used."""
-        done = {path for _, path, _ in self.parsed}
-        used = {rank: base for rank, _, base in self.parsed}
-        return [(tf.rank, str(p), used.get(tf.rank, base_time_ns(sp.metadata)))
-                for tf, sp in zip(files, self.splits) for p in sp.parts if str(p) not in done]
 
     def corrections(self, files: list[TraceFile]) -> list[tuple[int, int]]:
         """(rank, ns to add to its times) where the early parse used a time base that turned
