@@ -123,9 +123,8 @@ def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, writ
     db_path = _resolve_db(source, ranks)
     try:
         # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH
-        con = duckdb.connect(str(db_path), read_only=not write,
-                             config={} if write else {"enable_external_access": False})
-        tracedb.use_current_macros(con)
+        con = tracedb.connect(db_path, read_only=not write,
+                              config={} if write else {"enable_external_access": False})
     except duckdb.Error as exc:
         raise TraceanalyzeError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
     try:

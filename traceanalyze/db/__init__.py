@@ -38,22 +38,18 @@ def build_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(_sql_text(name))
 
 
-def create_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Macros are stored in the database file, but re-creating them is cheap and keeps old DBs working."""
-    con.execute(_sql_text("tables/00_macros.sql"))
+def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> None:
+    """This version's macros (tables/00_macros.sql): stored in the database when it is built,
+    or `temporary` to a connection (read-only ones too), where they shadow those stored by
+    another version, so rules and queries see the helpers they were written against."""
+    sql = _sql_text("tables/00_macros.sql")
+    con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
 
 
-def use_current_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """This version's macros as temporary macros of the connection (allowed read-only too): they
-    shadow those stored in a database written by another version, so rules and queries see
-    the helpers they were written against."""
-    con.execute(_sql_text("tables/00_macros.sql").replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO"))
-
-
-def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a trace database file, with this version's macros."""
-    con = duckdb.connect(str(path), read_only=read_only)
-    use_current_macros(con)
+    con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    create_macros(con, temporary=True)
     return con
 
 
