@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 
+import duckdb
 import pytest
 from report_helpers import FIXTURES, injected, schema_errors
 
@@ -146,8 +147,6 @@ def test_a_stored_database_with_older_macros_is_analyzed_with_the_current_ones(t
     """A database written by another version is reused when its traces are unchanged; the rules
     must still find the SQL helpers they use (here one is dropped, another replaced by a wrong
     definition) and give the same findings as a fresh load."""
-    import duckdb
-
     out = tmp_path / "out"
     first = cli(FIXTURES / "large_allreduce", "--out", out, "--format", "json")
     assert first.returncode == 0, first.stderr

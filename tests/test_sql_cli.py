@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -190,9 +192,6 @@ def test_query_may_start_with_a_comment_line(cli, db, kernels):
 
 def test_the_documented_sql_helpers_exist_and_their_example_runs(cli, db):
     """README "SQL helpers": every macro listed is in a loaded database, and the example works."""
-    import re
-    from pathlib import Path
-
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme[readme.index("### SQL helpers"):readme.index("<!-- macros:end -->")]
     listed = re.findall(r"^\| `(\w+)\(", section, re.MULTILINE)
