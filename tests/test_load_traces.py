@@ -16,6 +16,8 @@ import pytest
 import tracejson as tj
 from conftest import FIXTURES, SHARED_TRACES
 
+from tests.tracegen import write_trace_dir
+
 BAD_TRACES = {"hta-rank-unavailable"}
 TRACE_DIRS = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name not in BAD_TRACES) \
     if SHARED_TRACES.is_dir() else []
@@ -272,29 +274,14 @@ def test_a_last_step_cut_short_by_the_profiler_is_left_out_with_a_note(loaded_wi
     assert f"step {last} lasts" in note[0]
 
 
-def _ranks_with_steps(tmp_path: Path, durations_ms: dict[int, list[float]]) -> Path:
-    """Rank files whose only events are ProfilerStep#1.. of the given durations, back to back."""
-    folder = tmp_path / "traces"
-    folder.mkdir()
-    for rank, durs in durations_ms.items():
-        events, ts = [], 1000.0
-        for i, d in enumerate(durs, start=1):
-            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
-                           "tid": 1, "ts": ts, "dur": d * 1000})
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                           "ts": ts + 1, "dur": d * 500})
-            ts += d * 1000 + 5
-        tj.write_trace(folder / f"rank{rank}.json", {"distributedInfo": {"rank": rank, "world_size": 2}},
-                       events)
-    return folder
-
-
 @pytest.mark.parametrize("last_ms, cut", [(0.05, True), (3.0, False)])
 @pytest.mark.parametrize("first_ms", [10, 300])  # (300: a slow first step, e.g. compilation)
 def test_a_step_cut_short_on_one_rank_is_left_out_for_every_rank(cli, tmp_path, last_ms, cut, first_ms):
     """Cut short = a rank's last step under a tenth of the shortest of its others; a short but
     real last step (3 ms against 10 ms) is kept."""
-    folder = _ranks_with_steps(tmp_path, {0: [first_ms, 10, 10, 10], 1: [first_ms, 10, 10, last_ms]})
+    folder = write_trace_dir({"ranks": 2, "steps": 4, "first_step": 1, "step_ms": [first_ms, 10, 10, 10],
+                              "rank_step_ms": {1: [first_ms, 10, 10, last_ms]},
+                              "timeline": [["op", 0.01, 0.02, {"name": "aten::mm"}]]}, tmp_path / "traces")
     db = tmp_path / "t.duckdb"
     proc = cli("load", folder, "--db", db)
     assert proc.returncode == 0, proc.stderr
