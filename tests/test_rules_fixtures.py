@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from gate_runs import expected
 
 from traceanalyze.load import load_trace_dir
 from traceanalyze.ruleset import load_rules, run_rules
@@ -31,16 +32,6 @@ def _scenarios() -> list[str]:
     return sorted(d.name for d in FIXTURES.iterdir()
                   if (d / "expected.json").is_file() and any(TRACE_FILE.search(p.name) for p in d.iterdir()
                                                               if p.name != "expected.json"))
-
-
-def _injected(scenario: str, key: str = "injected") -> list[dict]:
-    injected = json.loads((FIXTURES / scenario / "expected.json").read_text()).get(key)
-    return [] if injected is None else injected if isinstance(injected, list) else [injected]
-
-
-def _diagnoses(scenario: str) -> list[dict]:
-    """What a scenario must be diagnosed with: what was injected, and what is inherent to the job."""
-    return _injected(scenario) + _injected(scenario, "inherent")
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +72,14 @@ def test_the_recorded_scenarios_are_there():
 
 def test_every_injected_pathology_has_a_rule():
     ids = {r.id for r in load_rules()}
-    missing = {i["rule"] for s in _scenarios() for i in _diagnoses(s)} - ids
+    missing = {i["rule"] for s in _scenarios() for i in expected(s)} - ids
     assert not missing
 
 
 @pytest.mark.parametrize("scenario", _scenarios())
 def test_scenario_gets_exactly_its_injected_diagnosis(scenario, analyse):
     findings, ranks, _ = analyse(FIXTURES / scenario)
-    _assert_exactly(findings, ranks, _diagnoses(scenario))
+    _assert_exactly(findings, ranks, expected(scenario))
 
 
 def _shift_clock(src: Path, dst: Path, offsets_ns: dict[int, int]) -> Path:
@@ -111,7 +102,7 @@ def test_clock_skew_between_hosts_changes_no_diagnosis(scenario, analyse, tmp_pa
     skewed = _shift_clock(FIXTURES / scenario, tmp_path / scenario,
                           {1: 7_000_000_000, 2: -2_500_000_000, 3: 40_000_000})
     findings, ranks, _ = analyse(skewed)
-    _assert_exactly(findings, ranks, _diagnoses(scenario))
+    _assert_exactly(findings, ranks, expected(scenario))
 
 
 @pytest.mark.parametrize("scenario", ["input_straggler", "compute_straggler", "rank0_barrier",
@@ -124,7 +115,7 @@ def test_summary_names_the_straggler_as_worst_rank(scenario, analyse):
         summary = build_summary(con, str(FIXTURES / scenario), None)
     finally:
         con.close()
-    late_rank = _injected(scenario)[0]["rank"]
+    late_rank = expected(scenario)[0]["rank"]  # (the injected straggler comes first)
     assert summary["steps"]["worst_rank"] == late_rank
     late = {}
     for row in summary["steps"]["lateness_ms"]:
