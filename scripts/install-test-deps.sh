@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh machine: the package with its test extra,
-# the CPU build of torch (pinned: any other spec pulls CUDA wheels), and Chromium for the
-# browser test of the HTML report.
+# and Chromium for the browser test of the HTML report. Tests do not need torch (it is only
+# for recording fixtures: the `capture` extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[test]"
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     if [ "$(id -u)" = "0" ]; then

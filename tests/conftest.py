@@ -13,7 +13,7 @@ os.environ["TRACEANALYZE_STRICT_RULES"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+REAL_TRACES = ROOT / "fixtures" / "real"
 
 
 @pytest.fixture(scope="session")

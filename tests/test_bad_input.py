@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import tracejson as tj
-from conftest import SHARED_TRACES
+from conftest import REAL_TRACES
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
@@ -252,7 +252,7 @@ def test_not_a_trace_is_a_clear_error(cli, tmp_path, content, words):
 
 
 def test_unusable_database_paths(cli, tmp_path):
-    trace = SHARED_TRACES / "hta-cpu-only"
+    trace = REAL_TRACES / "hta-cpu-only"
     (tmp_path / "a_folder").mkdir()
     put(tmp_path, "a_file", b"x")
     one_line_error(cli("load", trace, "--db", tmp_path / "a_folder"), tmp_path / "a_folder", "is a folder")
@@ -595,7 +595,7 @@ def test_minutes_of_clock_offset_are_a_warning(run0, tmp_path):
 # ---------------------------------------------------------------- odd content
 
 def test_a_100k_character_kernel_name(tmp_path):
-    (src,) = (SHARED_TRACES / "hta-trace-filter").glob("sampled_rank-0.json.gz")
+    (src,) = (REAL_TRACES / "hta-trace-filter").glob("sampled_rank-0.json.gz")
     top, events = tj.read_trace(src)
     kernel = next(e for e in events if e.get("cat") == "kernel" and "nccl" not in e["name"])
     name = ("void big<" + "T&amp;<x>, " * 10_000)[:99_999] + ">"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 import tracejson as tj
-from conftest import SHARED_TRACES
+from conftest import REAL_TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,7 +152,7 @@ def test_generated_event_lists_load_or_fail_cleanly(top, elements, bare, gz):
 
 # ---------------------------------------------------------------- mutated real trace
 
-SMALL = next((SHARED_TRACES / "hta-critical-path-cuda-event-sync").glob("*.json.gz"))
+SMALL = next((REAL_TRACES / "hta-critical-path-cuda-event-sync").glob("*.json.gz"))
 
 
 def small_text() -> bytes:

@@ -14,12 +14,12 @@ import json
 
 import duckdb
 import pytest
-from conftest import FIXTURES, SHARED_TRACES
+from conftest import FIXTURES, REAL_TRACES
 
 import traceanalyze.load as load
 from traceanalyze.load.kineto import MAX_OBJECT_BYTES, TIME_LIMIT_NS
 
-FOLDERS = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable") \
+FOLDERS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable") \
     + [FIXTURES / "balanced", FIXTURES / "memory_creep"]
 COMPARED_TABLES = ["raw_events", "cpu_ops", "kernels", "runtime", "collectives", "steps", "phase_intervals",
                    "gpu_idle_gaps", "load_issues"]
@@ -197,7 +197,7 @@ def test_a_value_the_typed_reading_refuses_in_an_early_part_is_read_the_careful_
     assert n == sum(len(json.loads(p.read_text())["traceEvents"]) for p in traces.iterdir())
 
 
-@pytest.mark.parametrize("folder", [SHARED_TRACES / "kineto-resnet50-nw0", FIXTURES / "balanced"],
+@pytest.mark.parametrize("folder", [REAL_TRACES / "kineto-resnet50-nw0", FIXTURES / "balanced"],
                          ids=["kineto-2021", "torch-2.13"])
 def test_args_keys_spelled_both_ways_are_read(folder, tmp_path):
     """`"Bytes"` ([memory] events) next to `"bytes"` (memcpy), and old Kineto's `"external id"`
@@ -229,7 +229,7 @@ def test_a_time_base_written_after_the_events_applies_to_parts_parsed_early(tmp_
                                                                             monkeypatch):
     """baseTimeNanoseconds comes after the events: an uncompressed file's is read from its end
     first; a gzip file's parts are parsed with 0 and the rank's times shifted afterwards."""
-    source = SHARED_TRACES / "hta-nccl-parser-config" / "nccl_data.json.gz"
+    source = REAL_TRACES / "hta-nccl-parser-config" / "nccl_data.json.gz"
     traces = tmp_path / "traces"
     traces.mkdir()
     if plain:

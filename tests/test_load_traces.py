@@ -14,13 +14,13 @@ from pathlib import Path
 import duckdb
 import pytest
 import tracejson as tj
-from conftest import FIXTURES, SHARED_TRACES
+from conftest import FIXTURES, REAL_TRACES
 
 from tests.tracegen import write_trace_dir
 
 BAD_TRACES = {"hta-rank-unavailable"}
-TRACE_DIRS = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name not in BAD_TRACES) \
-    if SHARED_TRACES.is_dir() else []
+TRACE_DIRS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name not in BAD_TRACES) \
+
 SCENARIO_DIRS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and any(p.glob("*.pt.trace.json*"))) \
     if FIXTURES.is_dir() else []
 ALL_DIRS = TRACE_DIRS + SCENARIO_DIRS
@@ -200,7 +200,7 @@ def test_gloo_scenarios_have_collectives(once_per_session):
 # ---- single facts about particular real traces ------------------------------------------
 
 def test_fractional_ts_of_the_ns_resolution_trace_is_exact(loaded_with_cli):
-    folder = SHARED_TRACES / "hta-ns-resolution-trace"
+    folder = REAL_TRACES / "hta-ns-resolution-trace"
     db, proc = loaded_with_cli(folder)
     assert proc.returncode == 0, proc.stderr
     (path,) = folder.glob("*.json.gz")
@@ -215,7 +215,7 @@ def test_fractional_ts_of_the_ns_resolution_trace_is_exact(loaded_with_cli):
 
 
 def test_large_integer_trace_loads(loaded_with_cli):
-    folder = SHARED_TRACES / "hta-large-integer"
+    folder = REAL_TRACES / "hta-large-integer"
     db, proc = loaded_with_cli(folder)
     assert proc.returncode == 0, proc.stderr
     with duckdb.connect(str(db), read_only=True) as con:
@@ -224,7 +224,7 @@ def test_large_integer_trace_loads(loaded_with_cli):
 
 
 def test_distributed_info_unavailable_is_rank_0_with_a_note(loaded_with_cli):
-    db, proc = loaded_with_cli(SHARED_TRACES / "hta-distributed-info-unavailable")
+    db, proc = loaded_with_cli(REAL_TRACES / "hta-distributed-info-unavailable")
     assert proc.returncode == 0, proc.stderr
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT rank, rank_source FROM ranks").fetchall() == [(0, "single process")]
@@ -232,7 +232,7 @@ def test_distributed_info_unavailable_is_rank_0_with_a_note(loaded_with_cli):
 
 
 def test_rank_unavailable_fails_with_one_line_naming_the_file(cli, tmp_path):
-    folder = SHARED_TRACES / "hta-rank-unavailable"
+    folder = REAL_TRACES / "hta-rank-unavailable"
     (path,) = folder.glob("*.json.gz")
     proc = cli("load", folder, "--db", tmp_path / "x.duckdb")
     assert proc.returncode == 2
@@ -257,7 +257,7 @@ def test_a_last_step_cut_short_by_the_profiler_is_left_out_with_a_note(loaded_wi
     """The MI250 trace ends with a ProfilerStep of a few µs after a ~9 ms one (the profiler
     stopped as it began): it stays in `steps`, marked, but is not an aligned step, so per-step
     figures are those of the real step; load_issues says so."""
-    folder = SHARED_TRACES / "hta-amd-trace"
+    folder = REAL_TRACES / "hta-amd-trace"
     db, proc = loaded_with_cli(folder)
     assert proc.returncode == 0, proc.stderr
     (path,) = folder.glob("*.json.gz")

@@ -14,7 +14,7 @@ import sys
 import duckdb
 import pytest
 import yaml
-from conftest import SHARED_TRACES
+from conftest import REAL_TRACES
 
 from traceanalyze import db as tracedb
 from traceanalyze.config import load_config
@@ -204,10 +204,10 @@ def test_analyze_rejects_an_unknown_parameter_with_exit_code_2(tmp_path):
     assert "bogus_pct" in result.stderr
 
 
-def _findings_on_shared_trace(folder: str, rule_id: str, tmp_path) -> list:
-    """The findings of one rule on a trace folder of ../shared/traces, loaded for the test."""
+def _findings_on_real_trace(folder: str, rule_id: str, tmp_path) -> list:
+    """The findings of one rule on a trace folder of fixtures/real (copies of real traces), loaded for the test."""
     db = tmp_path / "t.duckdb"
-    load_trace_dir(SHARED_TRACES / folder, db)
+    load_trace_dir(REAL_TRACES / folder, db)
     with duckdb.connect(str(db), read_only=True) as con:
         return [f for f in run_rules(con) if f.rule == rule_id]
 
@@ -216,7 +216,7 @@ def _findings_on_shared_trace(folder: str, rule_id: str, tmp_path) -> list:
 def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
     """Steps of 0.2 and 1.6 ms: a finding's title gives its sub-ms times with two significant
     digits (0.15 ms), never '0 ms' for time that is there."""
-    findings = _findings_on_shared_trace(folder, "gpu-idle-gaps", tmp_path)
+    findings = _findings_on_real_trace(folder, "gpu-idle-gaps", tmp_path)
     assert findings
     for f in findings:
         idle_ms = f.evidence["idle_ms"]
@@ -228,6 +228,6 @@ def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
 
 def test_a_count_of_syncs_reads_as_english(tmp_path):
     """host-sync on the Triton example (one cudaDeviceSynchronize per window): 'once', not '1 times'."""
-    (f,) = _findings_on_shared_trace("hta-triton-example", "host-sync", tmp_path)
+    (f,) = _findings_on_real_trace("hta-triton-example", "host-sync", tmp_path)
     assert f.evidence["syncs_per_step"] == 1
     assert "synchronizes with the GPU once per step" in f.title

@@ -24,7 +24,7 @@ from traceanalyze.summary import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+REAL_TRACES = ROOT / "fixtures" / "real"
 TRACE_FILE = re.compile(r"\.json(\.gz)?$")
 
 
@@ -135,9 +135,8 @@ def _dataloader_share(folder: Path) -> float:
     return inside / sum(b - a for a, b in steps)
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="shared real traces not available")
 def test_resnet_dataloader_stall_with_0_workers_and_much_less_with_4(analyse):
-    nw0, nw4 = SHARED_TRACES / "kineto-resnet50-nw0", SHARED_TRACES / "kineto-resnet50-nw4"
+    nw0, nw4 = REAL_TRACES / "kineto-resnet50-nw0", REAL_TRACES / "kineto-resnet50-nw4"
     share0, share4 = _dataloader_share(nw0), _dataloader_share(nw4)
     assert share0 > 0.3 and share4 < share0 / 10  # the ground truth, independent of traceanalyze
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FIXTURES, SHARED_TRACES
+from conftest import FIXTURES, REAL_TRACES
 
 # kernel names with commas, quotes, < > and spaces: a good test of the CSV/JSON writers
-TRACE = SHARED_TRACES / "hta-trace-filter"
+TRACE = REAL_TRACES / "hta-trace-filter"
 KERNELS_SQL = "SELECT rank, step, name, ts_ns, dur_ns FROM kernels ORDER BY rank, ts_ns, name"
 
 
@@ -135,7 +135,7 @@ def test_write_allows_changes(cli, db, tmp_path):
 
 
 def test_sql_on_a_trace_folder_loads_it_first(cli, tmp_path):
-    proc = cli("sql", SHARED_TRACES / "hta-cpu-only", "SELECT rank FROM ranks", "--format", "json", cwd=tmp_path)
+    proc = cli("sql", REAL_TRACES / "hta-cpu-only", "SELECT rank FROM ranks", "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [{"rank": 34}]
     assert (tmp_path / "reports" / "hta-cpu-only" / "trace.duckdb").is_file()
