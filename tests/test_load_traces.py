@@ -19,8 +19,7 @@ from conftest import FIXTURES, REAL_TRACES
 from tests.tracegen import write_trace_dir
 
 BAD_TRACES = {"hta-rank-unavailable"}
-TRACE_DIRS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name not in BAD_TRACES) \
-
+TRACE_DIRS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name not in BAD_TRACES)
 SCENARIO_DIRS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and any(p.glob("*.pt.trace.json*"))) \
     if FIXTURES.is_dir() else []
 ALL_DIRS = TRACE_DIRS + SCENARIO_DIRS
