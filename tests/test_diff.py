@@ -21,6 +21,20 @@ from traceanalyze.diff import diff_summaries
 EVEN = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
 
 
+def _rank_table(lines: list[str]) -> dict[str, dict[str, str]]:
+    """The printed rank x phase table, read by its column headings: {rank: {heading: cell}}."""
+    start = next(i for i, line in enumerate(lines) if re.split(r"\s{2,}", line.strip())[:2] == ["rank", "step"])
+    headings = re.split(r"\s{2,}", lines[start].strip())
+    rows = {}
+    for line in lines[start + 2:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) != len(headings):
+            break
+        rows[cells[0]] = dict(zip(headings, cells))
+    return rows
+
+
+
 def _phases(step_ms: float, **override) -> dict:
     return {**{p: step_ms * f for p, f in DEFAULT_SPLIT.items()}, **override}
 
@@ -99,12 +113,9 @@ def test_cli_text_table(tmp_path):
     step = next(line for line in lines if line.startswith("step time, wall clock"))
     assert [c.strip() for c in step.split("  ") if c.strip()][1:] == ["100 ms", "160 ms", "+60.0 ms (+60.0%)"]
     # rank x phase table: rank 1 moved forward +60, rank 2 moved comm exposed +60
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "step"])
-    cols = lines[header].split("  ")
-    rows = {line.split()[0]: line.split() for line in lines[header + 2: header + 6]}
-    assert rows["1"][1] == "+60.0" and rows["1"][5] == "+60.0"  # step, forward
-    assert rows["2"][1] == "+60.0" and rows["2"][8] == "+60.0"  # step, comm exposed
-    assert "comm exposed" in " ".join(cols)
+    rows = _rank_table(lines)
+    assert rows["1"]["step"] == "+60.0" and rows["1"]["forward"] == "+60.0"
+    assert rows["2"]["step"] == "+60.0" and rows["2"]["comm exposed"] == "+60.0"
     assert "  + error collective-straggler rank(s) 1: rank 1 <late>" in lines
 
 
@@ -176,8 +187,7 @@ def test_diff_of_two_recorded_trace_folders(tmp_path):
     old = json.loads((tmp_path / "reports" / "balanced" / "summary.json").read_text())
     new = json.loads((tmp_path / "reports" / "compute_straggler" / "summary.json").read_text())
     lines = proc.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "step"])
-    rows = {line.split()[0]: line.split() for line in lines[header + 2: header + 6]}
+    rows = _rank_table(lines)
 
     def phase(summary, rank, name):
         return next(r for r in summary["ranks"] if r["rank"] == rank)["metrics"]["phases_ms"][name]
@@ -186,12 +196,12 @@ def test_diff_of_two_recorded_trace_folders(tmp_path):
         return statistics.median(s["ms_by_rank"][str(rank)] for s in summary["steps"]["per_step"])
 
     # rank 1 (the straggler) computes more forward; the others wait in communication
-    assert rows["1"][2] == f"{own(new, 1) - own(old, 1):+.1f}"
-    assert rows["1"][5] == f"{phase(new, 1, 'forward') - phase(old, 1, 'forward'):+.1f}"
+    assert rows["1"]["own step"] == f"{own(new, 1) - own(old, 1):+.1f}"
+    assert rows["1"]["forward"] == f"{phase(new, 1, 'forward') - phase(old, 1, 'forward'):+.1f}"
     assert phase(new, 1, "forward") - phase(old, 1, "forward") > 50
     for rank in (0, 2, 3):
         change = phase(new, rank, "comm_exposed") - phase(old, rank, "comm_exposed")
-        assert rows[str(rank)][8] == f"{change:+.1f}" and change > 50
+        assert rows[str(rank)]["comm exposed"] == f"{change:+.1f}" and change > 50
     added = [line for line in lines if line.startswith("  + ")]
     assert any(line.startswith("  + error collective-straggler rank(s) 1: ") for line in added)
     page = html.read_text()

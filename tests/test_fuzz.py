@@ -95,6 +95,7 @@ def try_load(folder: Path) -> Path | None:
     except TraceanalyzeError as exc:
         message = exc.format_message()
         assert message and "\n" not in message and "Traceback" not in message
+        assert "rank0.json" in message, message  # the one-line error names the file
         OUTCOMES[message.split(": ", 1)[-1][:50]] += 1
         return None
     OUTCOMES["loaded"] += 1
@@ -126,6 +127,18 @@ def expected_counts(top: dict, elements: list) -> dict:
     }
 
 
+def _plausible_count(value, lowest: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < 1 << 24
+
+
+def _rank_outside_world(top: dict) -> bool:
+    info = top.get("distributedInfo")
+    if not isinstance(info, dict):
+        return False
+    rank, world = info.get("rank"), info.get("world_size")
+    return _plausible_count(rank, 0) and _plausible_count(world, 1) and rank >= world
+
+
 @FUZZ
 @given(top=tops, elements=st.lists(element, max_size=25), bare=st.booleans(), gz=st.booleans())
 def test_generated_event_lists_load_or_fail_cleanly(top, elements, bare, gz):
@@ -135,6 +148,9 @@ def test_generated_event_lists_load_or_fail_cleanly(top, elements, bare, gz):
         text = tj.dumps(elements if bare else {**top, "traceEvents": elements}).encode()
         (folder / ("rank0.json.gz" if gz else "rank0.json")).write_bytes(gzip.compress(text) if gz else text)
         db = try_load(folder)
+        # a well-formed trace always loads; the one refusal it can earn is a distributedInfo that
+        # contradicts itself (a rank outside its own world size)
+        assert (db is None) == (not bare and _rank_outside_world(top)), OUTCOMES
         if db is None:
             return
         with duckdb.connect(str(db), read_only=True) as con:

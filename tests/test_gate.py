@@ -299,6 +299,8 @@ def test_unknown_rule_ids_are_usage_errors(tmp_path):
 # ---- the recorded 4-rank gloo DDP fixtures, through the real command line ----------------
 
 SEVERITY_ORDER = ["info", "warning", "error"]
+# README: "--fail-on (default error): findings of this severity or worse fail the gate"
+FAILING_SEVERITIES = {"info": {"info", "warning", "error"}, "warning": {"warning", "error"}, "error": {"error"}}
 PATHOLOGICAL = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json") if expected(p.parent.name))
 HEALTHY = ["balanced", "find_unused_false", "grad_accum_nosync", "scaling_ws4"]
 
@@ -336,10 +338,15 @@ def test_check_fails_on_each_pathological_run_naming_rule_and_rank(scenario, inj
 def test_exit_code_matches_the_worst_finding_severity(scenario, fail_on, runs_dir):
     """At each --fail-on level the gate fails exactly when some finding is at or above it."""
     summary_path = check_fixture(scenario, runs_dir, "--fail-on", "info").summary_path
-    severities = [f["severity"] for f in json.loads(summary_path.read_text())["findings"]]
-    should_fail = any(SEVERITY_ORDER.index(s) >= SEVERITY_ORDER.index(fail_on) for s in severities)
+    findings = json.loads(summary_path.read_text())["findings"]
+    counted = [f for f in findings if f["severity"] in FAILING_SEVERITIES[fail_on]]
     res = _check(summary_path, "--fail-on", fail_on)
-    assert res.exit_code == (1 if should_fail else 0), res.output
+    # one reason line per counted finding (its severity, rule and title), and exit 1 exactly then
+    reasons = [line for line in res.output.splitlines() if not line.startswith(("traceanalyze", "note"))]
+    assert len(reasons) == len(counted), (reasons, counted)
+    for f in counted:
+        assert any(r.startswith(f"{f['severity']} {f['rule']} ") and r.endswith(f["title"]) for r in reasons), f
+    assert res.exit_code == (1 if counted else 0), res.output
 
 
 def test_real_run_against_itself_as_baseline_passes(runs_dir):

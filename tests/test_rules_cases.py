@@ -72,8 +72,28 @@ def _assert_sql_reproduces_evidence(con, finding) -> None:
     columns = [d[0] for d in cur.description]
     rows = [dict(zip(columns, row)) for row in cur.fetchall()]
     if "events" in finding.evidence:
-        from traceanalyze.ruleset import _plain
-
-        assert [{k: _plain(v) for k, v in r.items()} for r in rows][:50] == finding.evidence["events"]
+        shown = finding.evidence["events"]
+        assert len(rows[:len(shown) + 1]) == len(shown) or len(shown) == 50  # (the evidence keeps 50 rows)
+        for row, event in zip(rows, shown):
+            assert row.keys() == event.keys()
+            for key, value in row.items():
+                assert _same_value(value, event[key]), (finding.rule, key, value, event[key])
     else:
         assert rows, f"{finding.rule}: the printed SQL finds nothing"
+
+
+def _same_value(queried, shown) -> bool:
+    """A value the SQL returns vs the one the finding shows (JSON: numbers to 3 decimals, other
+    values as text)."""
+    if isinstance(queried, (list, tuple)):
+        return isinstance(shown, list) and len(queried) == len(shown) and all(
+            _same_value(q, s) for q, s in zip(queried, shown))
+    if isinstance(queried, dict):
+        return isinstance(shown, dict) and {str(k) for k in queried} == set(shown) and all(
+            _same_value(v, shown[str(k)]) for k, v in queried.items())
+    if isinstance(queried, bool) or queried is None or isinstance(queried, (int, str)):
+        return queried == shown
+    try:
+        return math.isclose(float(queried), float(shown), abs_tol=5e-4)
+    except (TypeError, ValueError):
+        return str(queried) == shown
