@@ -12,32 +12,13 @@ from typing import Any
 import duckdb
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
-REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals")
+REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
+                   "step_comm", "step_waits", "step_batches")
 
 _PHASE_SUMS = ", ".join(f"avg({p}_ns) / 1e6 AS {p}" for p in PHASES)
 
 RANK_METRICS_SQL = f"""
-WITH clipped AS (     -- collectives clipped to their step window
-    SELECT c.rank, c.step, greatest(c.ts_ns, s.ts_ns) AS ts_ns, least(c.end_ns, s.end_ns) AS end_ns
-    FROM collectives AS c JOIN steps AS s USING (rank, step)
-    WHERE c.end_ns > s.ts_ns AND c.ts_ns < s.end_ns
-),
-ordered AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM clipped
-),
-runs AS (
-    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns) AS run
-    FROM ordered
-),
-comm_union AS (      -- time with at least one collective in flight, per (rank, step)
-    SELECT rank, step, sum(end_ns - ts_ns) AS ns
-    FROM (SELECT rank, step, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM runs GROUP BY rank, step, run)
-    GROUP BY rank, step
-),
-memory_peak AS (
+WITH memory_peak AS (
     SELECT m.rank, max(m.total_allocated_bytes) FILTER (WHERE m.device_kind = 'cuda') AS cuda_bytes,
            max(m.total_allocated_bytes) AS any_bytes
     FROM memory AS m JOIN aligned_steps USING (step) GROUP BY m.rank
@@ -52,24 +33,21 @@ SELECT
     avg(p.dur_ns) / 1e6 AS mean_ms,
     100.0 * sum(g.busy_ns) / sum(p.dur_ns) FILTER (WHERE g.devices IS NOT NULL) AS gpu_busy_pct,
     100.0 * sum(g.comm_overlapped_ns) / nullif(sum(g.comm_ns), 0) AS comm_overlap_pct,
-    coalesce(sum(cu.ns), 0) / count(*) / 1e6 AS comm_ms_per_step,
+    coalesce(sum(cu.comm_ns), 0) / count(*) / 1e6 AS comm_ms_per_step,
     any_value(coalesce(mp.cuda_bytes, mp.any_bytes)) AS peak_memory_bytes
 FROM step_phases AS p
 JOIN aligned_steps USING (step)
 LEFT JOIN step_gpu AS g USING (rank, step)
-LEFT JOIN comm_union AS cu USING (rank, step)
+LEFT JOIN step_comm AS cu USING (rank, step)
 LEFT JOIN memory_peak AS mp USING (rank)
 GROUP BY p.rank
 ORDER BY p.rank
 """
 
 PER_STEP_SQL = """
-WITH waits AS (
-    SELECT rank, step, max(wait_for_last_ns) AS wait_ns FROM collective_arrivals GROUP BY rank, step
-)
-SELECT s.step, s.rank, s.dur_ns, coalesce(w.wait_ns, 0) AS wait_ns
-FROM steps AS s JOIN aligned_steps USING (step) LEFT JOIN waits AS w USING (rank, step)
-ORDER BY s.step, s.rank
+SELECT w.step, w.rank, w.dur_ns, w.wait_ns
+FROM step_waits AS w JOIN aligned_steps USING (step)
+ORDER BY w.step, w.rank
 """
 
 LATENESS_SQL = """

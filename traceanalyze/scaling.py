@@ -59,59 +59,20 @@ DEFINITIONS = {
 
 # Per (rank, step): samples and tokens of the step, summed over its forward passes (micro-batches).
 BATCH_SQL = """
-WITH forwards AS (   -- one row per DDP forward pass (micro-batch) on the host
-    SELECT rank, step, tid, ts_ns, end_ns,
-           row_number() OVER (PARTITION BY rank, step ORDER BY ts_ns) AS pass
-    FROM annotations
-    WHERE name = 'DistributedDataParallel.forward' AND NOT on_gpu AND step IS NOT NULL
-),
-lookups AS (         -- embedding lookups with integer ids [batch, seq_len]
-    SELECT rank, step, ts_ns, TRY_CAST(json_extract(input_dims, '$[1]') AS BIGINT[]) AS ids
-    FROM cpu_ops
-    WHERE name = 'aten::embedding' AND step IS NOT NULL
-      AND json_extract_string(input_type, '$[1]') IN ('long int', 'long', 'int')
-),
-pass_tokens AS (     -- the largest lookup of each forward pass (several tables may read the same ids)
-    SELECT l.rank, l.step, coalesce(f.pass, 0) AS pass,
-           arg_max(l.ids[1], list_product(l.ids)) AS samples,
-           max(list_product(l.ids))::BIGINT AS tokens
-    FROM lookups AS l
-    LEFT JOIN forwards AS f
-        ON f.rank = l.rank AND f.step = l.step AND l.ts_ns >= f.ts_ns AND l.ts_ns < f.end_ns
-    WHERE len(l.ids) = 2
-    GROUP BY ALL
-),
-pass_inputs AS (     -- else: the leading dim of the first shaped input inside each forward pass
-    SELECT f.rank, f.step, f.pass,
-           arg_min(TRY_CAST(json_extract(o.input_dims, '$[0]') AS BIGINT[])[1], o.ts_ns) AS samples
-    FROM forwards AS f
-    JOIN cpu_ops AS o ON o.rank = f.rank AND o.tid = f.tid AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns
-    WHERE len(TRY_CAST(json_extract(o.input_dims, '$[0]') AS BIGINT[])) >= 1
-    GROUP BY ALL
-),
-by_tokens AS (SELECT rank, step, sum(samples) AS samples, sum(tokens) AS tokens FROM pass_tokens GROUP BY ALL),
-by_inputs AS (SELECT rank, step, sum(samples) AS samples FROM pass_inputs GROUP BY ALL)
-SELECT s.rank, s.step,
-       coalesce(t.samples, i.samples)::DOUBLE AS samples,
-       t.tokens::DOUBLE AS tokens
-FROM steps AS s JOIN aligned_steps USING (step)
-LEFT JOIN by_tokens AS t USING (rank, step)
-LEFT JOIN by_inputs AS i USING (rank, step)
+SELECT b.rank, b.step, b.samples::DOUBLE AS samples, b.tokens::DOUBLE AS tokens
+FROM step_batches AS b JOIN aligned_steps USING (step)
 """
 
 # Per (rank, aligned step): the step's duration and its phases, comm_exposed split into wait + communication.
 PHASES_SQL = """
-WITH waits AS (
-    SELECT rank, step, max(wait_for_last_ns) AS wait_ns FROM collective_arrivals GROUP BY rank, step
-)
 SELECT p.rank, p.step, p.dur_ns,
        p.data_wait_ns, p.h2d_ns, p.forward_ns, p.backward_ns, p.optimizer_ns,
-       p.comm_exposed_ns - least(p.comm_exposed_ns, greatest(coalesce(w.wait_ns, 0), 0)) AS communication_ns,
-       least(p.comm_exposed_ns, greatest(coalesce(w.wait_ns, 0), 0)) AS wait_ns,
+       p.comm_exposed_ns - w.exposed_wait_ns AS communication_ns,
+       w.exposed_wait_ns AS wait_ns,
        p.other_ns
 FROM step_phases AS p
 JOIN aligned_steps USING (step)
-LEFT JOIN waits AS w USING (rank, step)
+JOIN step_waits AS w USING (rank, step)
 ORDER BY p.step, p.rank
 """
 

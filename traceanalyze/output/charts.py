@@ -267,8 +267,9 @@ def lateness_heatmap(summary: dict) -> Chart | None:
     cw = min((WIDTH - left - 10) / len(steps), 90)
     max_late = max((v or 0) for v in cells.values()) or 1.0
     chart = Chart("chart-lateness", "Lateness at collectives (rank × step)",
-                  "How long after the first rank each rank reached the step's collectives "
-                  "(clock offsets applied). A dark row is a straggler; everyone else waits for it.",
+                  "How much later than the median rank each rank reached its latest collective of the "
+                  "step, in step-relative time (0 when early). A dark row is a straggler; everyone else "
+                  "waits for it.",
                   height=top + rh * len(ranks) + 44)
     hot = hot_ranks(summary)
     for j, s in enumerate(steps):

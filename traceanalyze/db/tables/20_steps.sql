@@ -40,7 +40,7 @@ SELECT
     end_ns,                                 -- step end, ns
     synthetic,                              -- true when the trace had no ProfilerStep and the whole trace is one window
     row_number() OVER (PARTITION BY rank ORDER BY ts_ns) - 1 AS step_index,  -- 0-based position within the rank
-    coalesce(is_last AND NOT synthetic AND dur_ns < 0.1 * others_min_ns, false)
-        AS cut_short                        -- the rank's last step, under a tenth of its shortest other step: the profiler stopped as it began (left out of aligned_steps)
+    coalesce(is_last AND NOT synthetic AND dur_ns < getvariable('cut_short_max_ratio') * others_min_ns, false)
+        AS cut_short                        -- the rank's last step, under a tenth (cut_short_max_ratio) of its shortest other step: the profiler stopped as it began (left out of aligned_steps)
 FROM all_steps LEFT JOIN shortest USING (rank)
 ORDER BY rank, ts_ns;

@@ -105,7 +105,7 @@ busy_ordered AS (
 ),
 busy_runs AS (    -- merged with the 1 ms tolerance of forward / backward (gaps below it are Python overhead)
     SELECT span, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns
-    FROM (SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns + 1000000 THEN 1 ELSE 0 END)
+    FROM (SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns + getvariable('phase_merge_tolerance_ns') THEN 1 ELSE 0 END)
                         OVER (PARTITION BY span ORDER BY ts_ns, end_ns) AS run
           FROM busy_ordered)
     GROUP BY span, run
@@ -127,7 +127,7 @@ CREATE OR REPLACE TEMP TABLE _runs AS
 WITH clipped AS (
     SELECT m.rank, m.step, m.mark,
            greatest(m.ts_ns, s.ts_ns) AS ts_ns, least(m.end_ns, s.end_ns) AS end_ns,
-           CASE WHEN m.mark IN ('forward', 'backward') THEN 1000000 ELSE 0 END AS tol_ns
+           CASE WHEN m.mark IN ('forward', 'backward') THEN getvariable('phase_merge_tolerance_ns') ELSE 0 END AS tol_ns
     FROM _marks AS m JOIN steps AS s USING (rank, step)
 ),
 ordered AS (

@@ -90,7 +90,7 @@ SELECT
     next_launch_ts_ns,                      -- when the host launched the work that ends the gap (NULL at the step end)
     data_wait_ns,                           -- part of the gap while the training loop waits for the DataLoader, ns
     CASE
-        WHEN data_wait_ns * 2 >= end_ns - ts_ns THEN 'data_wait'
+        WHEN data_wait_ns * 100 >= getvariable('gap_data_wait_min_share_pct') * (end_ns - ts_ns) THEN 'data_wait'
         WHEN host_synced THEN 'sync'
         WHEN next_launch_ts_ns > ts_ns THEN 'host_launch'
         ELSE 'other'

@@ -1,0 +1,8 @@
+-- Named thresholds used by the table SQL below (read with getvariable('name')); units in the names.
+
+-- a rank's last step shorter than this share of its shortest other step was cut short by the profiler
+SET VARIABLE cut_short_max_ratio = 0.1;
+-- gaps shorter than this between forward (or backward) ops are Python overhead, not another phase
+SET VARIABLE phase_merge_tolerance_ns = 1000000;
+-- a GPU idle gap is caused by the DataLoader wait when the wait covers at least this share of it
+SET VARIABLE gap_data_wait_min_share_pct = 50;
