@@ -117,11 +117,9 @@ def _phase(name: str):
 
 
 def _skew_pct(summary: dict) -> float | None:
-    steps = summary.get("steps") or {}
-    median, worst = steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms")
-    if median is None or worst is None or median <= 0:
-        return None
-    return 100.0 * (worst - median) / median
+    from traceanalyze.output.presentation import rank_skew_pct
+
+    return rank_skew_pct(summary)
 
 
 def job_metrics(summary: dict) -> list[tuple[str, str, str, float | None]]:

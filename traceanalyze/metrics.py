@@ -120,6 +120,13 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def skew_pct(median_ms: float | None, worst_ms: float | None) -> float | None:
+    """Rank skew: how much longer the worst rank's own step is than the median rank's, % of the median."""
+    if median_ms is None or worst_ms is None or median_ms <= 0:
+        return None
+    return 100.0 * (worst_ms - median_ms) / median_ms
+
+
 def step_comparison(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """The `steps` object: each rank's own step time (its step minus waiting for later ranks), worst vs median."""
     per_step: dict[int, dict[str, dict[str, float]]] = {}
@@ -143,6 +150,8 @@ def step_comparison(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "median_rank_step_ms": _ms(_median(list(rank_medians.values()))) if rank_medians else None,
         "worst_rank": None if worst_rank is None else int(worst_rank),
         "worst_rank_step_ms": None if worst_rank is None else _ms(rank_medians[worst_rank]),
+        "rank_skew_pct": _ms(skew_pct(_median(list(rank_medians.values())), rank_medians[worst_rank]))
+        if worst_rank is not None else None,
         "per_step": items,
         "lateness_ms": [{"step": r["step"], "rank": r["rank"], "late_ms": _ms(r["late_ms"])}
                         for r in _rows(con, LATENESS_SQL)],

@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
+from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.units import (
     PHASE_LABELS,
     PHASES,
@@ -199,7 +200,7 @@ def order_findings(findings: list[dict]) -> list[dict]:
 def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     st = summary["steps"]
     median, worst = st.get("median_rank_step_ms"), st.get("worst_rank_step_ms")
-    slower = (100 * (worst - median) / median) if median and worst is not None else None
+    slower = rank_skew_pct(summary)
     kpis = [Kpi("Median rank step", fmt_ms(median), "own step time: without waiting for other ranks")]
     if len(summary["ranks"]) > 1 and st.get("worst_rank") is not None:
         tone = "bad" if slower is not None and slower >= 5 else ""
@@ -236,7 +237,7 @@ def _rank_rows(summary: dict) -> list[RankRow]:
 
 
 def _meta_line(summary: dict) -> str:
-    gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
+    gpu = is_gpu_trace(summary)
     aligned = summary["steps"].get("aligned") or []
     return (f"{fmt_rank_count(len(summary['ranks']), summary['world_size'])} · "
             f"{len(aligned)} aligned step{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}) · "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.charts import hot_ranks
 from traceanalyze.output.html import order_findings
 from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
@@ -40,7 +41,7 @@ def _num(value: float | None) -> str:
 
 def _header(summary: dict, st: _Style) -> list[str]:
     aligned = summary["steps"].get("aligned") or []
-    gpu = any(r["metrics"].get("gpu_busy_pct") is not None for r in summary["ranks"])
+    gpu = is_gpu_trace(summary)
     name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
     ranks = fmt_rank_count(len(summary["ranks"]), summary["world_size"])
     return [st(name, bold=True) + f" - {ranks}, {len(aligned)} aligned step"
@@ -52,7 +53,8 @@ def _step_line(summary: dict, st: _Style) -> list[str]:
     median, worst = steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms")
     if len(summary["ranks"]) < 2 or steps.get("worst_rank") is None:
         return [f"Step time  {fmt_ms(median)} (median)"]
-    delta = f" ({100 * (worst - median) / median:+.1f}%)" if median and worst is not None else ""
+    skew = rank_skew_pct(summary)
+    delta = f" ({skew:+.1f}%)" if skew is not None else ""
     return [f"Own step time  median rank {fmt_ms(median)} | worst: rank {steps['worst_rank']} "
             f"{fmt_ms(worst)}{delta}",
             "  (own = the step minus the time spent waiting for other ranks)"]
@@ -81,6 +83,7 @@ def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
     hidden = len(summary["ranks"]) - len(rows) + (1 if len(summary["ranks"]) > MAX_RANK_ROWS else 0)
     if hidden > 0:
         lines.append(f"  ({hidden} more ranks in report.html)")
+    lines.append("  comm = communication exposed (blocked on a collective); step = the mean step")
     if hot:
         lines.append("  * named by a finding, or the slowest rank")
     return lines

@@ -1,0 +1,19 @@
+"""Facts every renderer shows the same way (terminal, HTML, CI formats, diff): read from the summary, never recomputed."""
+
+from __future__ import annotations
+
+from traceanalyze.metrics import skew_pct
+
+
+def rank_skew_pct(summary: dict) -> float | None:
+    """Worst vs median rank own step time, % of the median (summary.steps.rank_skew_pct; summaries
+    written before that key existed get the same definition from metrics.skew_pct)."""
+    steps = summary.get("steps") or {}
+    if "rank_skew_pct" in steps:
+        return steps["rank_skew_pct"]
+    return skew_pct(steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms"))
+
+
+def is_gpu_trace(summary: dict) -> bool:
+    """Some rank ran GPU work (its GPU metrics are not null)."""
+    return any((r.get("metrics") or {}).get("gpu_busy_pct") is not None for r in summary.get("ranks") or [])
