@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerate the generated sections of README.md (schema; rules) — `--check` fails on drift.
+"""Regenerate the generated sections of README.md (schema; macros; rules; every command's --help)
+— `--check` fails on drift.
 
 Sections are delimited by `<!-- NAME:start -->` / `<!-- NAME:end -->` markers.
 """
@@ -25,7 +26,22 @@ def generated_sections() -> dict[str, str]:
         rules_markdown = None
     if rules_markdown is not None:
         sections["rules"] = rules_markdown()
+    sections["help"] = help_markdown()
     return sections
+
+
+def help_markdown() -> str:
+    """`traceanalyze --help` and every command's --help, as the terminal shows them (100 columns)."""
+    from click.testing import CliRunner
+
+    from traceanalyze.cli import cli
+
+    runner = CliRunner()
+    blocks = []
+    for args in [[], *([name] for name in sorted(cli.commands))]:
+        result = runner.invoke(cli, [*args, "--help"], prog_name="traceanalyze", terminal_width=100)
+        blocks.append(f"```\n$ traceanalyze {' '.join(args + ['--help'])}\n{result.output.rstrip()}\n```")
+    return "\n\n".join(blocks) + "\n"
 
 
 def render(readme: str, sections: dict[str, str]) -> str:
