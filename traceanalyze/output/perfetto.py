@@ -192,19 +192,17 @@ def _memory(con, rank: int, offset: int) -> list[tuple[int, int]]:
     return [(ts - offset, b) for ts, b in rows]
 
 
+def _phase_slices(con, rank: int, offset: int) -> list[Slice]:
+    """The phase intervals of the aligned steps, exact to the ns (phase_intervals)."""
+    rows = con.execute("""
+        SELECT p.step, p.phase, p.ts_ns, p.dur_ns FROM phase_intervals AS p JOIN aligned_steps USING (step)
+        WHERE p.rank = ? ORDER BY p.ts_ns""", [rank]).fetchall()
+    return [Slice(ts - offset, dur, PHASE_LABELS[phase],
+                  (("phase", phase), ("step", step), ("dur_ms", dur / 1e6)))
+            for step, phase, ts, dur in rows]
+
+
 # ---- from the summary ---------------------------------------------------------------------------
-
-def _phase_slices(summary: dict, rank: int, steps: dict[int, tuple[int, int]]) -> list[Slice]:
-    out = []
-    for row in summary["timeline"]:
-        if row["rank"] != rank or row["step"] not in steps:
-            continue
-        start = steps[row["step"]][0]
-        out += [Slice(start + round(p["start_ms"] * 1e6), round(p["dur_ms"] * 1e6), PHASE_LABELS[p["phase"]],
-                      (("phase", p["phase"]), ("step", row["step"]), ("dur_ms", p["dur_ms"])))
-                for p in row["phases"]]
-    return out
-
 
 def _finding_slices(summary: dict, rank: int, steps: dict[int, tuple[int, int]]) -> list[Slice]:
     out = []
@@ -227,7 +225,7 @@ def _write_rank(w: _Writer, con, summary: dict, rank: int, offset: int, min_dur_
     w.slices_on(w.child_track(proc, "findings", 0), _finding_slices(summary, rank, steps))
     w.slices_on(w.child_track(proc, "steps", 1),
                 [Slice(ts, dur, f"ProfilerStep#{s}", (("step", s),)) for s, (ts, dur) in steps.items()])
-    w.slices_on(w.child_track(proc, "phases", 2), _phase_slices(summary, rank, steps))
+    w.slices_on(w.child_track(proc, "phases", 2), _phase_slices(con, rank, offset))
     w.slices_on(w.child_track(proc, "collectives", 3), _collectives(con, rank, offset))
     order = 4
     for thread, slices in sorted(_host_threads(con, rank, offset, min_dur_ns).items()):
