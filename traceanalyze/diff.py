@@ -16,11 +16,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from traceanalyze.metrics import PHASES
+from traceanalyze.output.units import PHASE_LONG_LABELS as PHASE_LABELS
 
-PHASE_LABELS = {
-    "data_wait": "data wait", "h2d": "H2D copy", "forward": "forward", "backward": "backward",
-    "optimizer": "optimizer", "comm_exposed": "communication exposed", "other": "other host work",
-}
 UNITS = ("ms", "pct", "bytes")  # pct values are already shares of a step (0-100)
 
 

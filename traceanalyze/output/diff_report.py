@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from traceanalyze.diff import PHASES, Delta, SummaryDiff
-from traceanalyze.output.units import PHASE_LABELS, fmt_bytes, fmt_ms, fmt_pct, fmt_ranks
+from traceanalyze.output.templating import render
+from traceanalyze.output.units import PHASE_LABELS, fmt_bytes, fmt_ms, fmt_pct, fmt_ranks, text_table
 
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def fmt_value(value: float | None, unit: str) -> str:
@@ -40,15 +38,6 @@ def shown(delta: Delta) -> bool:
     return not ((delta.old is None and delta.new is None) or (delta.old == 0 and delta.new == 0))
 
 
-def _table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i >= right_from else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [line(header), line(["-" * w for w in widths]), *map(line, rows)]
-
-
 def _finding_line(sign: str, f: dict) -> str:
     ranks = f" rank(s) {fmt_ranks(f.get('ranks') or [])}" if f.get("ranks") else ""
     return f"  {sign} {f.get('severity')} {f['rule']}{ranks}: {f.get('title', '')}"
@@ -59,10 +48,10 @@ def render_diff_text(diff: SummaryDiff) -> str:
     out = [f"traceanalyze diff: {diff.old} -> {diff.new}", ""]
     rows = [[d.label, fmt_value(d.old, d.unit), fmt_value(d.new, d.unit), fmt_change(d)]
             for d in diff.job if shown(d)]
-    out += _table(["job", "old", "new", "change"], rows)
+    out += text_table(["job", "old", "new", "change"], rows)
     out += ["", "per rank: change in ms/step (new - old); '—' = rank missing in one run"]
     header = ["rank", "step", "own step"] + [PHASE_LABELS[p] for p in PHASES]
-    out += _table(header, [_rank_row(r) for r in diff.ranks])
+    out += text_table(header, [_rank_row(r) for r in diff.ranks])
     out += ["", (f"findings: {len(diff.findings_added)} added, {len(diff.findings_removed)} removed, "
                  f"{len(diff.findings_unchanged)} unchanged")]
     out += [_finding_line("+", f) for f in diff.findings_added]
@@ -154,7 +143,4 @@ def diff_page(diff: SummaryDiff) -> DiffPage:
 
 def render_diff_html(diff: SummaryDiff) -> str:
     """One self-contained HTML page (inline CSS, no scripts, no network); all text escaped."""
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["ranks"] = fmt_ranks
-    return env.get_template("diff.html").render(page=diff_page(diff))
+    return render("diff.html", page=diff_page(diff))

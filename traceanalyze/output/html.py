@@ -14,14 +14,12 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
+from traceanalyze.output.templating import render
 from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.units import (
-    PHASE_LABELS,
-    PHASES,
     SEVERITY_ORDER,
     fmt_bytes,
     fmt_ms,
@@ -276,16 +274,8 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
     )
 
 
-def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("traceanalyze.output", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals["PHASE_LABELS"] = PHASE_LABELS
-    env.globals["PHASES"] = PHASES
-    return env
-
-
 def render_html(context: ReportContext) -> str:
-    return _environment().get_template("report.html").render(ctx=context)
+    return render("report.html", ctx=context)
 
 
 def write_html(summary: dict, out_path: Path, db_path: str) -> Path:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from traceanalyze import __version__
 from traceanalyze.output.charts import Chart, Circle, LegendItem, Line, Polyline, Rect, Text
-from traceanalyze.output.units import fmt_ms, fmt_pct, fmt_tick, nice_ticks
+from traceanalyze.output.templating import render
+from traceanalyze.output.units import fmt_ms, fmt_pct, fmt_tick, nice_ticks, text_table
 from traceanalyze.scaling import PHASES, RunScaling, ScalingReport
 
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "H2D copy", "forward": "forward", "backward": "backward",
@@ -66,24 +66,15 @@ def _phase_cell(r: RunScaling, phase: str, baseline: bool) -> str:
     return value if baseline else f"{value} ({fmt_lost(r.lost_ms[phase])})"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [line(header), line(["-" * w for w in widths]), *map(line, rows)]
-
-
 def render_scaling_text(report: ScalingReport) -> str:
     """The terminal view: runs, phases with lost time, the verdict and notes."""
     base = report.baseline
     head = (f"traceanalyze scaling: {len(report.runs)} runs, {MODE_NAMES[report.mode]}, "
             f"baseline world size {base.world_size} ({base.trace_dir})")
     out = [head, ""]
-    out += _table(RUN_HEADER, run_rows(report))
+    out += text_table(RUN_HEADER, run_rows(report))
     out += ["", "time per step by phase, mean per rank (lost time against ideal scaling in brackets)", ""]
-    out += _table(["phase", *(f"W={r.run.world_size}" for r in report.runs)], phase_rows(report))
+    out += text_table(["phase", *(f"W={r.run.world_size}" for r in report.runs)], phase_rows(report))
     out += ["", f"verdict: {report.verdict}"]
     out += [f"note: {n}" for n in report.notes]
     return "\n".join(out) + "\n"
@@ -203,6 +194,4 @@ def scaling_page(report: ScalingReport) -> ScalingPage:
 
 def render_scaling_html(report: ScalingReport) -> str:
     """One self-contained page (inline CSS and SVG, no script, no network)."""
-    env = Environment(loader=PackageLoader("traceanalyze.output", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("scaling.html").render(page=scaling_page(report))
+    return render("scaling.html", page=scaling_page(report))

@@ -15,6 +15,8 @@ PHASE_LABELS = {
     "comm_exposed": "comm exposed",
     "other": "other",
 }
+# the same phases spelled out, where there is room (diff and gate reasons)
+PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed", "other": "other host work"}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -84,3 +86,13 @@ def nice_ticks(max_value: float, count: int = 4) -> list[float]:
 
 def fmt_tick(value: float) -> str:
     return f"{value:g}"
+
+
+def text_table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
+    """Aligned plain-text table lines (header, rule, rows): columns from `right_from` on right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i >= right_from else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(header), line(["-" * w for w in widths]), *map(line, rows)]
