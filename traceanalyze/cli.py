@@ -13,6 +13,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
+from traceanalyze.output.escape import terminal
 from traceanalyze.pipeline import default_out_dir
 
 
@@ -35,7 +36,9 @@ def ranks_option(f):
 def _progress(quiet: bool):
     if quiet:
         return None
-    return lambda msg: click.echo(f"traceanalyze: {msg}", err=True)
+    from traceanalyze.output.escape import terminal
+
+    return lambda msg: click.echo(f"traceanalyze: {terminal(msg)}", err=True)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,12 +67,13 @@ def load(trace_dir: Path, db_path: Path | None, ranks: str, force: bool, quiet: 
                             progress=_progress(quiet))
     _echo_load_issues(result.db_path, quiet)
     state = "reused" if result.reused else "wrote"
-    click.echo(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events")
+    click.echo(terminal(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events"))
 
 
 def _echo_load_issues(db_path: Path, quiet: bool) -> None:
     """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet."""
     from traceanalyze.load import read_load_issues
+    from traceanalyze.output.escape import shell_arg, terminal
 
     shown = {"warning": 0, "info": 0}
     hidden = 0
@@ -82,10 +86,10 @@ def _echo_load_issues(db_path: Path, quiet: bool) -> None:
         shown[severity] = shown.get(severity, 0) + 1
         where = f"{file}: " if file else ""
         counted = f" ({count:,} events)" if count else ""
-        click.echo(f"traceanalyze: {severity}: {where}{message}{counted}", err=True)
+        click.echo(terminal(f"traceanalyze: {severity}: {where}{message}{counted}"), err=True)
     if hidden:
-        click.echo(f"traceanalyze: ... and {hidden} more: traceanalyze sql {db_path} "
-                   '"SELECT * FROM load_issues"', err=True)
+        click.echo(f"traceanalyze: ... and {hidden} more: traceanalyze sql {shell_arg(db_path)} "
+                   "'SELECT * FROM load_issues'", err=True)
 
 
 LOAD_ISSUES_SHOWN = 20  # per severity, on stderr

@@ -46,7 +46,9 @@ def _json_safe(value):
 
 
 def write_summary_json(summary: dict, path: Path) -> Path:
-    path.write_text(json.dumps(_json_safe(summary), indent=2, default=str) + "\n", encoding="utf-8")
+    from traceanalyze.output.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(_json_safe(summary), indent=2, default=str) + "\n")
     return path
 
 
