@@ -76,8 +76,11 @@ def annotation(level: str, message: str, title: str | None = None) -> str:
 
 
 def format_github(result: GateResult) -> str:
-    """`::error` / `::warning` / `::notice` lines for findings, load issues and regressions."""
-    result = _safe_result(result)
+    """`::error` / `::warning` / `::notice` lines for findings, load issues and regressions.
+
+    Messages and titles are escaped by GitHub's own rules (escape_data / escape_property),
+    which keep a multi-line title readable in the annotation.
+    """
     lines = []
     for f in result.findings:
         known = "" if f["new"] or not result.baseline_used else " (already in the baseline)"

@@ -5,9 +5,11 @@ One function per sink, used by every writer of that sink:
     characters (C0, DEL, C1: ESC/OSC sequences, carriage returns, newlines, ...) and the
     Unicode line/paragraph separators become visible escapes (`\\n`, `\\x1b`, `\\u2028`), so
     a trace cannot move the cursor, retitle the window or forge a line.
-  - `ci_line(text)`: one line of a CI log (gate text, JUnit, SARIF messages). As `terminal`,
-    and a `::` that GitHub Actions could read as a workflow command (`::error ...`) is
-    broken up, even mid-line.
+  - `ci_line(text)`: one line of a CI log (gate text, JUnit, SARIF messages). Whitespace
+    runs (line breaks included) become one space, other controls escaped as by `terminal`
+    (so no line can be forged), and a leading `::`, which the GitHub Actions runner reads as
+    a workflow command (`::error ...`; it trims leading spaces, then looks for `::`), is
+    broken up. `::` inside a line stays (C++ names such as `at::native::f`).
   - `shell_arg(text)`: a word of a command line the user is invited to copy (shlex.quote),
     with `terminal` applied so the quoted word also prints safely.
 """
@@ -20,10 +22,10 @@ import shlex
 # C0 controls, DEL, C1 controls, and the Unicode line breaks some terminals and CI logs honour
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u0085]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# a workflow command is `::name ...::`; a zero-width joiner between the colons keeps the text
-# readable and the runner blind to it
-_WORKFLOW = re.compile("::")
-_WORKFLOW_BREAK = ":\u2060:"
+# a workflow command is a line starting with `::name`; a word joiner between the colons keeps
+# the text readable and the runner blind to it
+_WORKFLOW = re.compile(r"^(\s*):(?=:)")
+_WORKFLOW_BREAK = "\\1:\u2060"
 
 
 def _visible(match: re.Match) -> str:
@@ -41,7 +43,8 @@ def terminal(text) -> str:
 
 def ci_line(text) -> str:
     """`text` as one line of a CI log: no control characters, no workflow command."""
-    return _WORKFLOW.sub(_WORKFLOW_BREAK, terminal(text))
+    one_line = " ".join(str(text).split())  # line breaks (CR, LF, U+2028, ...) -> one space
+    return _WORKFLOW.sub(_WORKFLOW_BREAK, terminal(one_line), count=1)
 
 
 def has_workflow_command(output: str) -> bool:
