@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -166,11 +165,10 @@ _register_commands()
 
 
 def main() -> None:
-    try:
-        cli.main(standalone_mode=True)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    """Exit 0 / 1 / 2; 130 (Ctrl-C) or 143 (SIGTERM) when interrupted (see faults.py)."""
+    from traceanalyze import faults
+
+    faults.run(lambda: cli.main(standalone_mode=False))
 
 
 if __name__ == "__main__":  # pragma: no cover

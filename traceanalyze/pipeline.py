@@ -70,10 +70,13 @@ def default_out_dir(trace_dir: Path) -> Path:
 
 
 def _make_out_dir(out_dir: Path) -> None:
+    from traceanalyze.load.stale import sweep_outputs
+
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TraceanalyzeError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
+    sweep_outputs(out_dir)  # half-written outputs of killed runs
 
 
 def _write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,
