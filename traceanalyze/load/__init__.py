@@ -18,7 +18,7 @@ from traceanalyze import __version__
 from traceanalyze import db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
-from traceanalyze.load.discover import Discovery, TraceFile, discover
+from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
 from traceanalyze.load.kineto import (
     INEXACT_NS,
     INEXACT_RANKS_SQL,
@@ -438,8 +438,13 @@ def _short_duckdb_error(message: str) -> str:
     return text.replace(" , in ", " in ").replace(" , ", " ").strip()[:300]
 
 
+# discovery notes that mean data may be missing (a rank file that could not be read)
+DISCOVERY_WARNINGS = {"not-a-file": "warning"}
+
+
 def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
-    rows = [(None, path, kind, "info", message, None) for path, kind, message in discovery.notes]
+    rows = [(None, path, kind, DISCOVERY_WARNINGS.get(kind, "info"), message, None)
+            for path, kind, message in discovery.notes]
     for tf, sp in zip(discovery.files, splits):
         if sp.truncated_at_byte is not None:
             rows.append((tf.rank, str(tf.path), "truncated", "warning",
@@ -528,7 +533,7 @@ def _write_meta(con, target: Path, ranks: set[int] | None, fingerprint: str) -> 
         ("schema_version", tracedb.SCHEMA_VERSION),
         ("tool_version", __version__),
         ("target", str(target)),
-        ("rank_selection", "all" if ranks is None else ",".join(map(str, sorted(ranks)))),
+        ("rank_selection", "all" if ranks is None else format_ranks(ranks)),
         ("fingerprint", fingerprint),
     ])
 
