@@ -38,7 +38,7 @@ def _safe_result(result: GateResult) -> GateResult:
     return dataclasses.replace(
         result, reasons=ci_safe(result.reasons), findings=ci_safe(result.findings),
         new_findings=ci_safe(result.new_findings), load_issues=ci_safe(result.load_issues),
-        notes=ci_safe(result.notes))
+        notes=ci_safe(result.notes), load_warnings=ci_safe(result.load_warnings))
 
 
 # ---- text ------------------------------------------------------------------------------
@@ -53,6 +53,8 @@ def format_text(result: GateResult) -> str:
         lines.append(f"note: {len(below)} finding(s) do not fail the gate (below --fail-on "
                      f"{result.policy.fail_on}{' or already in the baseline' if result.baseline_used else ''})")
     verdict = "passed" if result.passed else f"FAILED ({len(result.reasons)} reason(s))"
+    if result.passed and result.load_warnings:  # never a bare "passed" over lost data
+        verdict += f" with {len(result.load_warnings)} load warning(s)"
     baseline = f", {len(result.compared)} metric(s) compared with the baseline" if result.baseline_used else ""
     lines.append(f"traceanalyze check: {verdict} [fail-on {result.policy.fail_on}{baseline}]")
     return "\n".join(lines) + "\n"
