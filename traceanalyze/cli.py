@@ -13,6 +13,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
+from traceanalyze.output.escape import terminal
 from traceanalyze.pipeline import default_out_dir
 
 
@@ -35,7 +36,9 @@ def ranks_option(f):
 def _progress(quiet: bool):
     if quiet:
         return None
-    return lambda msg: click.echo(f"traceanalyze: {msg}", err=True)
+    from traceanalyze.output.escape import terminal
+
+    return lambda msg: click.echo(f"traceanalyze: {terminal(msg)}", err=True)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,12 +67,13 @@ def load(trace_dir: Path, db_path: Path | None, ranks: str, force: bool, quiet: 
                             progress=_progress(quiet))
     _echo_load_issues(result.db_path, quiet)
     state = "reused" if result.reused else "wrote"
-    click.echo(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events")
+    click.echo(terminal(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events"))
 
 
 def _echo_load_issues(db_path: Path, quiet: bool) -> None:
     """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet."""
     from traceanalyze.load import read_load_issues
+    from traceanalyze.output.escape import shell_arg, terminal
 
     shown = {"warning": 0, "info": 0}
     hidden = 0
@@ -82,13 +86,17 @@ def _echo_load_issues(db_path: Path, quiet: bool) -> None:
         shown[severity] = shown.get(severity, 0) + 1
         where = f"{file}: " if file else ""
         counted = f" ({count:,} events)" if count else ""
-        click.echo(f"traceanalyze: {severity}: {where}{message}{counted}", err=True)
+        click.echo(terminal(f"traceanalyze: {severity}: {where}{message}{counted}"), err=True)
     if hidden:
-        click.echo(f"traceanalyze: ... and {hidden} more: traceanalyze sql {db_path} "
-                   '"SELECT * FROM load_issues"', err=True)
+        click.echo(f"traceanalyze: ... and {hidden} more: traceanalyze sql {shell_arg(db_path)} "
+                   "'SELECT * FROM load_issues'", err=True)
 
 
 LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
+
+
+TABLE_ROW_LIMIT = 1000  # rows the table format prints unless --limit says otherwise
+FETCH_ROWS = 10_000  # rows fetched (and written) at a time
 
 
 # A query may start with a `--` comment (every rule's SQL does): not an option.
@@ -99,17 +107,24 @@ LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
               help="Read the query from a file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="ROWS",
+              help=f"Print at most ROWS rows (0: all) [default: {TABLE_ROW_LIMIT:,} for the table "
+                   "format, all for csv and json].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Stop the query after this many seconds (exit code 2).")
 @click.option("--write", is_flag=True,
               help="Open the database read-write and allow file access (COPY TO, ATTACH, read_csv);"
                    " by default it is read-only and the query cannot touch other files.")
 @click.option("--schema", "show_schema", is_flag=True, help="Print the documented tables and columns.")
 @ranks_option
-def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, write: bool,
-        show_schema: bool, ranks: str):
-    """Run SQL on a trace database (a .duckdb file, or a trace folder that is loaded first)."""
+def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, limit: int | None,
+        timeout_s: float | None, write: bool, show_schema: bool, ranks: str):
+    """Run SQL on a trace database (a .duckdb file, or a trace folder that is loaded first).
+
+    The result is written as it is fetched (any size, in bounded memory).
+    """
     from traceanalyze.db import table_comments
     from traceanalyze.db.docs import schema_markdown
-    from traceanalyze.output.tabular import format_rows
 
     if show_schema:
         click.echo(schema_markdown(table_comments()))
@@ -120,22 +135,58 @@ def sql(source: Path, query: str | None, query_file: Path | None, fmt: str, writ
         query = query_file.read_text()
     if not query:
         raise TraceanalyzeError("no query given (pass it as an argument or with --file)")
+    if limit is None:
+        limit = TABLE_ROW_LIMIT if fmt == "table" else 0
     db_path = _resolve_db(source, ranks)
     try:
-        # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH
+        # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH,
+        # and a locked configuration (CALL enable_logging(storage='file') would abort DuckDB)
         con = tracedb.connect(db_path, read_only=not write,
                               config={} if write else {"enable_external_access": False})
+        if not write:
+            con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
         raise TraceanalyzeError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
     try:
-        cur = con.execute(query)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if columns else []
-    except duckdb.Error as exc:
-        raise TraceanalyzeError(f"query failed: {' '.join(str(exc).split())}") from None
+        _run_query(con, query, fmt, limit or None, timeout_s)
     finally:
         con.close()
-    click.echo(format_rows(columns, rows, fmt), nl=False)
+
+
+def _run_query(con, query: str, fmt: str, limit: int | None, timeout_s: float | None) -> None:
+    """Execute, then fetch and write chunk by chunk; --timeout interrupts DuckDB from a timer."""
+    import threading
+
+    from traceanalyze.output.tabular import limited, write_rows
+
+    timer, timed_out = None, threading.Event()
+    if timeout_s is not None:
+        def stop() -> None:
+            timed_out.set()
+            con.interrupt()
+        timer = threading.Timer(timeout_s, stop)
+        timer.daemon = True
+        timer.start()
+    try:
+        cur = con.execute(query)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        chunks = iter(lambda: cur.fetchmany(FETCH_ROWS), []) if columns else iter(())
+        rows, was_cut = limited(chunks, limit)
+        out = sys.stdout
+        shown = write_rows(columns, rows, fmt, out, tty=out.isatty())
+        out.flush()
+    except (duckdb.Error, RuntimeError) as exc:
+        if timed_out.is_set():
+            raise TraceanalyzeError(f"query stopped after the --timeout of {timeout_s:g} s") from None
+        if not isinstance(exc, duckdb.Error) or isinstance(exc, duckdb.InterruptException):
+            raise  # Ctrl-C / SIGTERM: faults.py says 'interrupted'
+        raise TraceanalyzeError(f"query failed: {' '.join(str(exc).split())}") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if was_cut():
+        click.echo(f"traceanalyze: only the first {shown:,} rows are shown (--limit {limit}; "
+                   "--limit 0 prints all)", err=True)
 
 
 def _resolve_db(source: Path, ranks: str) -> Path:
@@ -162,11 +213,10 @@ _register_commands()
 
 
 def main() -> None:
-    try:
-        cli.main(standalone_mode=True)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    """Exit 0 / 1 / 2; 130 (Ctrl-C) or 143 (SIGTERM) when interrupted (see faults.py)."""
+    from traceanalyze import faults
+
+    faults.run(lambda: cli.main(standalone_mode=False))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,8 +15,10 @@ class TraceanalyzeError(click.ClickException):
         text = f"{path}: {message}" if path else message
         super().__init__(" ".join(str(text).split()))
 
-    def show(self, file=None) -> None:  # one line, no traceback
-        click.echo(f"error: {self.format_message()}", err=True, file=file)
+    def show(self, file=None) -> None:  # one line, no traceback, no control characters
+        from traceanalyze.output.escape import terminal
+
+        click.echo(f"error: {terminal(self.format_message())}", err=True, file=file)
 
 
 class TraceFormatError(TraceanalyzeError):

@@ -4,7 +4,10 @@ The gate fails (exit code 1) when, after `--select` / `--ignore`:
   - a finding's severity is at or above `fail_on` and, when a baseline is given, the
     finding is new (its rule is not in the baseline, or it is there on other ranks);
     findings already in the baseline are accepted, like a linter's baseline file;
-  - a load issue has severity "error" (a rank's data cannot be trusted);
+  - a load issue has severity "error" (a rank's data cannot be trusted), or is a "heavy"
+    warning: data of a rank lost beyond HEAVY_LOSS_PCT (see `heavy_loss`). Lighter load
+    warnings do not fail the gate but are always named in its output ("passed with N load
+    warnings"), never silent;
   - with a baseline, a job metric regressed beyond `max_regression_pct`.
 
 When does a metric regress? Higher is worse for every compared metric.
@@ -13,11 +16,14 @@ When does a metric regress? Higher is worse for every compared metric.
     `min_regression_bytes`, 1 MiB), so 0.1 -> 0.2 ms is not a "100 % regression";
   - shares of the step (pct: GPU idle %, rank skew %): the increase is more than
     `max_regression_pct` percentage points (2 % -> 3 % idle is +1 point, not +50 %).
-Metrics that are null in either summary (GPU metrics of a CPU trace) are not compared.
+Metrics that are null in either summary (GPU metrics of a CPU trace) are not compared; one
+the baseline has and the candidate lacks (null or NaN) is named in a note.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 
 from traceanalyze.diff import Delta, diff_summaries, finding_key
@@ -25,6 +31,12 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.findings import SEVERITIES, severity_level
 
 DEFAULT_FAIL_ON = "error"
+# A load warning is heavy (fails the gate) when it cost a rank at least this share of its
+# data: a truncated file whose events are this much smaller than the median other rank's, or
+# a counted issue (events skipped) covering this share of the rank's events. A trace file
+# that could not be read at all (a FIFO, a device, a dangling link named like a rank) is heavy.
+HEAVY_LOSS_PCT = 10.0
+WHOLE_FILE_LOST_KINDS = frozenset({"not-a-file"})
 DEFAULT_MAX_REGRESSION_PCT = 10.0
 MIN_REGRESSION_MS = 1.0
 MIN_REGRESSION_BYTES = 1 << 20
@@ -76,8 +88,9 @@ class GateResult:
     new_findings: list[dict]
     regressions: list[Regression] = field(default_factory=list)
     compared: list[Delta] = field(default_factory=list)
-    load_issues: list[dict] = field(default_factory=list)
+    load_issues: list[dict] = field(default_factory=list)  # those that fail the gate
     notes: list[str] = field(default_factory=list)
+    load_warnings: list[dict] = field(default_factory=list)  # load warnings that do not fail it
     baseline_used: bool = False
     policy: GatePolicy = GatePolicy()
 
@@ -115,9 +128,17 @@ def find_regressions(baseline: dict, summary: dict, policy: GatePolicy
                      ) -> tuple[list[Delta], list[Regression], list[str]]:
     """(compared deltas, regressions beyond the policy's limits, notes) for the job metrics."""
     diff = diff_summaries(baseline, summary)
-    compared = [d for d in diff.job if d.change is not None]
+    compared = [d for d in diff.job if d.change is not None and math.isfinite(d.change)]
     regressions = [Regression(d, _limit(d, policy)) for d in compared if _regressed(d, policy)]
-    return compared, regressions, diff.notes
+    # a metric the baseline has but this run cannot compute (null, NaN) is said, not dropped
+    dropped = [d for d in diff.job if _finite(d.old) and not _finite(d.new)]
+    notes = [*diff.notes, *(f"not compared: {d.label} is {_fmt(d.old, d.unit)} in the baseline but "
+                            f"not computable in this run ({d.new})" for d in dropped)]
+    return compared, regressions, notes
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _limit(delta: Delta, policy: GatePolicy) -> str:
@@ -151,7 +172,36 @@ def load_issue_reason(issue: dict) -> str:
     rank = issue.get("rank")
     where = f"rank {rank}" if rank is not None else "trace"
     message = " ".join(str(issue.get("message", "")).split())
-    return f"load issue {issue.get('kind')} ({where}, {issue.get('file')}): {message}"
+    heavy = f" [heavy: {issue['heavy']}]" if issue.get("heavy") else ""
+    return f"load issue {issue.get('kind')} ({where}, {issue.get('file')}): {message}{heavy}"
+
+
+def heavy_loss(issue: dict, summary: dict) -> str | None:
+    """Why a warning-level load issue is heavy (see HEAVY_LOSS_PCT), or None."""
+    if issue.get("severity") != "warning":
+        return None
+    if issue.get("kind") in WHOLE_FILE_LOST_KINDS:
+        return "a trace file could not be read at all"
+    ranks = {r.get("rank"): r for r in summary.get("ranks") or []}
+    entry = ranks.get(issue.get("rank"))
+    if entry is None:
+        return None
+    if issue.get("kind") == "truncated":
+        others = [r.get("events_bytes") for k, r in ranks.items() if k != issue.get("rank")]
+        others = [b for b in others if isinstance(b, (int, float)) and b > 0]
+        mine = entry.get("events_bytes")
+        if others and isinstance(mine, (int, float)):
+            lost_pct = round(100.0 * (1 - mine / statistics.median(others)), 6)
+            if lost_pct >= HEAVY_LOSS_PCT:
+                return (f"about {lost_pct:.0f}% of the rank's events are missing against the median "
+                        f"other rank (limit {HEAVY_LOSS_PCT:g}%)")
+        return None
+    count, events = issue.get("count"), entry.get("events")
+    if isinstance(count, int) and isinstance(events, int) and events > 0:
+        share_pct = round(100.0 * count / events, 6)
+        if share_pct >= HEAVY_LOSS_PCT:
+            return f"{share_pct:.0f}% of the rank's events (limit {HEAVY_LOSS_PCT:g}%)"
+    return None
 
 
 def evaluate(summary: dict, policy: GatePolicy = GatePolicy(), baseline: dict | None = None
@@ -160,16 +210,26 @@ def evaluate(summary: dict, policy: GatePolicy = GatePolicy(), baseline: dict | 
     findings = mark_findings(summary, policy, baseline)
     reasons = [finding_reason(f) + (" [new]" if baseline is not None else "")
                for f in findings if f["fails"]]
-    issues = [i for i in summary.get("load_issues") or [] if i.get("severity") == "error"]
+    issues, light = [], []
+    for issue in summary.get("load_issues") or []:
+        heavy = heavy_loss(issue, summary)
+        if issue.get("severity") == "error" or heavy:
+            issues.append({**issue, "heavy": heavy} if heavy else issue)
+        elif issue.get("severity") == "warning":
+            light.append(issue)
     reasons += [load_issue_reason(i) for i in issues]
     compared, regressions, notes = [], [], []
     if baseline is not None:
         compared, regressions, notes = find_regressions(baseline, summary, policy)
         reasons += [r.reason() for r in regressions]
+    if light:
+        kinds = ", ".join(sorted({str(i.get("kind")) for i in light}))
+        notes = [*notes, f"{len(light)} load warning(s) ({kinds}) below the heavy-loss limit of "
+                         f"{HEAVY_LOSS_PCT:g}% do not fail the gate; see load_issues in summary.json"]
     return GateResult(
         exit_code=1 if reasons else 0, reasons=reasons, findings=findings,
         new_findings=[f for f in findings if f["new"]], regressions=regressions,
-        compared=compared, load_issues=issues, notes=notes,
+        compared=compared, load_issues=issues, notes=notes, load_warnings=light,
         baseline_used=baseline is not None, policy=policy,
     )
 

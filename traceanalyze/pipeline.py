@@ -46,7 +46,9 @@ def _json_safe(value):
 
 
 def write_summary_json(summary: dict, path: Path) -> Path:
-    path.write_text(json.dumps(_json_safe(summary), indent=2, default=str) + "\n", encoding="utf-8")
+    from traceanalyze.output.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(_json_safe(summary), indent=2, default=str) + "\n")
     return path
 
 
@@ -68,10 +70,13 @@ def default_out_dir(trace_dir: Path) -> Path:
 
 
 def _make_out_dir(out_dir: Path) -> None:
+    from traceanalyze.load.stale import sweep_outputs
+
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TraceanalyzeError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
+    sweep_outputs(out_dir)  # half-written outputs of killed runs
 
 
 def _write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,

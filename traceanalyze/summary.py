@@ -30,9 +30,13 @@ SCHEMA = "traceanalyze.summary/1"
 
 
 def _ranks(con: duckdb.DuckDBPyConnection, metrics: dict[int, dict]) -> list[dict[str, Any]]:
-    rows = con.execute("SELECT rank, file, clock_offset_ns FROM ranks ORDER BY rank").fetchall()
-    return [{"rank": rank, "file": file, "clock_offset_ns": offset, "metrics": metrics.get(rank)}
-            for rank, file, offset in rows]
+    rows = con.execute("""
+        SELECT r.rank, r.file, r.clock_offset_ns, coalesce(e.n, 0), r.events_bytes
+        FROM ranks AS r LEFT JOIN (SELECT rank, count(*) AS n FROM raw_events GROUP BY rank) AS e
+        USING (rank) ORDER BY r.rank""").fetchall()
+    return [{"rank": rank, "file": file, "clock_offset_ns": offset, "metrics": metrics.get(rank),
+             "events": events, "events_bytes": events_bytes}
+            for rank, file, offset, events, events_bytes in rows]
 
 
 def _world_size(con: duckdb.DuckDBPyConnection) -> int:

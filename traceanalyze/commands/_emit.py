@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.output.atomic import write_text_atomic
+from traceanalyze.output.escape import terminal
 
 
 def emit(data: dict, render_text: Callable[[], str], render_html: Callable[[], str],
@@ -17,7 +19,7 @@ def emit(data: dict, render_text: Callable[[], str], render_html: Callable[[], s
     if html_path is not None:
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
-            html_path.write_text(render_html(), encoding="utf-8")
+            write_text_atomic(html_path, render_html())
         except OSError as exc:
             raise TraceanalyzeError(f"cannot write: {exc.strerror}", str(html_path)) from None
     if fmt == "json":
@@ -25,4 +27,4 @@ def emit(data: dict, render_text: Callable[[], str], render_html: Callable[[], s
     else:
         click.echo(render_text(), nl=False)
     if html_path is not None:
-        click.echo(f"wrote {html_path}", err=True)
+        click.echo(f"wrote {terminal(html_path)}", err=True)

@@ -23,38 +23,154 @@ def is_summary_file(path: Path) -> bool:
         return _SUMMARY_MARK in fh.read(_PEEK_BYTES)
 
 
+# A summary.json is shallow (about 6 levels); a crafted one may nest without end or hold
+# numbers no metric can have. Both are refused with exit code 2 before anything reads them.
+MAX_SUMMARY_DEPTH = 64
+MAX_SUMMARY_NUMBER = 1e300  # |value| beyond this: not a time, a share or a byte count
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number (the summary contract writes null)")
+
+
 def read_summary(path: Path) -> dict:
     """Read and check a summary.json (exit code 2 with a one-line message when unusable)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TraceanalyzeError(f"cannot read the summary: {exc.strerror}", str(path)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise TraceanalyzeError(f"not a valid summary.json ({exc})", str(path)) from None
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise TraceanalyzeError("not a valid summary.json (nested too deeply)", str(path)) from None
+    except ValueError as exc:  # JSONDecodeError, NaN / Infinity, an integer of > 4300 digits
+        raise TraceanalyzeError(f"not a valid summary.json ({' '.join(str(exc).split())[:200]})",
+                                str(path)) from None
     found = data.get("schema") if isinstance(data, dict) else None
     if found != SUMMARY_SCHEMA:
-        raise TraceanalyzeError(f"not a {SUMMARY_SCHEMA} summary (schema: {found!r})", str(path))
-    problem = shape_problem(data)
+        raise TraceanalyzeError(f"not a {SUMMARY_SCHEMA} summary (schema: {_short(found)})", str(path))
+    problem = value_problem(data) or shape_problem(data)
     if problem:
         raise TraceanalyzeError(f"broken summary: {problem}", str(path))
     return data
 
 
+def _short(value) -> str:
+    text = repr(value) if isinstance(value, (str, int, float, type(None))) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def value_problem(data) -> str | None:
+    """Nesting beyond MAX_SUMMARY_DEPTH or a number out of range, anywhere (no recursion)."""
+    stack = [(data, 0, "summary")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_SUMMARY_DEPTH:
+            return f"{where} is nested more than {MAX_SUMMARY_DEPTH} levels deep"
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, f"{where}.{_short(k)}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not abs(value) <= MAX_SUMMARY_NUMBER:
+                return f"{where} is out of range ({_short(value) if abs(value) < 1e30 else 'huge'})"
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers_problem(values: dict, where: str, keys=None) -> str | None:
+    """`values[key]` (every key, or `keys`) is a number or null."""
+    for key in (values if keys is None else keys):
+        value = values.get(key)
+        if value is not None and not _is_number(value):
+            return f"{where}.{key} must be a number or null, not {_short(value)}"
+    return None
+
+
+RANK_NUMBERS = ("gpu_idle_pct", "gpu_busy_pct", "comm_ms_per_step", "peak_memory_bytes",
+                "comm_overlap_pct")
+STEP_NUMBERS = ("median_rank_step_ms", "worst_rank_step_ms")
+COST_NUMBERS = ("ms_per_step", "pct_of_step")
+
+
+def _metrics_problem(metrics, where: str) -> str | None:
+    if metrics is None:
+        return None
+    if not isinstance(metrics, dict):
+        return f"{where} must be an object or null"
+    for key in ("step_time_ms", "phases_ms", "phases_pct"):
+        part = metrics.get(key)
+        if part is not None and not isinstance(part, dict):
+            return f"{where}.{key} must be an object or null"
+        problem = _numbers_problem(part or {}, f"{where}.{key}")
+        if problem:
+            return problem
+    return _numbers_problem(metrics, where, RANK_NUMBERS)
+
+
+def _steps_problem(steps: dict) -> str | None:
+    problem = _numbers_problem(steps, "steps", STEP_NUMBERS)
+    if problem:
+        return problem
+    if not isinstance(steps.get("aligned", []), list):
+        return "steps.aligned must be a list"
+    per_step = steps.get("per_step", [])
+    if not isinstance(per_step, list) or not all(isinstance(row, dict) for row in per_step):
+        return "steps.per_step must be a list of objects"
+    for i, row in enumerate(per_step):
+        by_rank = row.get("ms_by_rank", {})
+        if not isinstance(by_rank, dict):
+            return f"steps.per_step[{i}].ms_by_rank must be an object"
+        problem = _numbers_problem(by_rank, f"steps.per_step[{i}].ms_by_rank")
+        if problem:
+            return problem
+    return None
+
+
 def shape_problem(summary: dict) -> str | None:
-    """What the gate and the diff rely on, checked so a hand-edited file fails with exit 2."""
+    """What the gate, the diff and the CI formats rely on, checked so a hand-edited file
+    fails with exit 2 (the types of the fields they read; other keys are not looked at)."""
     lists = {key: summary.get(key, []) for key in ("ranks", "findings", "load_issues")}
     for key, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             return f"{key} must be a list of objects"
     if not isinstance(summary.get("steps", {}), dict):
         return "steps must be an object"
-    if any(not isinstance(r.get("rank"), int) for r in lists["ranks"]):
-        return "every ranks[] entry needs an integer rank"
+    for i, r in enumerate(lists["ranks"]):
+        if not isinstance(r.get("rank"), int) or isinstance(r.get("rank"), bool):
+            return "every ranks[] entry needs an integer rank"
+        problem = (_metrics_problem(r.get("metrics"), f"ranks[{i}].metrics")
+                   or _numbers_problem(r, f"ranks[{i}]", ("events", "events_bytes")))
+        if problem:
+            return problem
+    problem = _steps_problem(summary.get("steps", {}))
+    if problem:
+        return problem
     for i, f in enumerate(lists["findings"]):
         if not isinstance(f.get("rule"), str) or f.get("severity") not in SEVERITIES:
             return f"findings[{i}] needs a rule id and a severity ({', '.join(SEVERITIES)})"
-        if not isinstance(f.get("ranks", []), list):
-            return f"findings[{i}].ranks must be a list"
+        for key in ("ranks", "steps"):
+            items = f.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(r, int) and not isinstance(r, bool)
+                                                      for r in items):
+                return f"findings[{i}].{key} must be a list of integers"
+        cost = f.get("cost")
+        if cost is not None and not isinstance(cost, dict):
+            return f"findings[{i}].cost must be an object or null"
+        problem = _numbers_problem(cost or {}, f"findings[{i}].cost", COST_NUMBERS)
+        if problem:
+            return problem
+    for i, issue in enumerate(lists["load_issues"]):
+        rank, count = issue.get("rank"), issue.get("count")
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
+            return f"load_issues[{i}].rank must be an integer or null"
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+            return f"load_issues[{i}].count must be an integer or null"
     return None
 
 

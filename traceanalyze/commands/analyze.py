@@ -14,7 +14,9 @@ from traceanalyze.load.discover import parse_rank_selection
 def _progress(quiet: bool):
     if quiet:
         return None
-    return lambda msg: click.echo(f"traceanalyze: {msg}", err=True)
+    from traceanalyze.output.escape import terminal
+
+    return lambda msg: click.echo(f"traceanalyze: {terminal(msg)}", err=True)
 
 
 def _color_wanted() -> bool:
@@ -42,6 +44,7 @@ def command(trace_dir: Path, ranks: str, out_dir: Path | None, params: tuple[str
     Writes report.html, summary.json and trace.duckdb into the output folder.
     Exit code 0 when the analysis completed (whatever it found), 2 on bad input.
     """
+    from traceanalyze.output.escape import shell_arg
     from traceanalyze.output.terminal import render_verdict
     from traceanalyze.pipeline import run_analysis
 
@@ -55,6 +58,7 @@ def command(trace_dir: Path, ranks: str, out_dir: Path | None, params: tuple[str
     outputs.append(("summary", str(paths.summary_json)))
     if paths.perfetto_trace:
         outputs.append(("perfetto", f"{paths.perfetto_trace}  (open in https://ui.perfetto.dev)"))
-    outputs.append(("query", f'traceanalyze sql {paths.db} "SELECT * FROM steps"'))
+    # a command to copy: the database path is shell-quoted (an --out with `$(...)` stays a path)
+    outputs.append(("query", f"traceanalyze sql {shell_arg(paths.db)} 'SELECT * FROM steps'"))
     click.echo(render_verdict(summary, outputs, color=_color_wanted()), nl=False)
 

@@ -12,6 +12,7 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.gate import SEVERITIES, GatePolicy, GateResult, evaluate, parse_rule_list
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.output import ci
+from traceanalyze.output.atomic import write_text_atomic
 from traceanalyze.pipeline import default_out_dir
 
 
@@ -58,7 +59,7 @@ def render(fmt: str, summary: dict, result: GateResult, rules: dict[str, str]) -
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
     except OSError as exc:
         raise TraceanalyzeError(f"cannot write: {exc.strerror}", str(path)) from None
 

@@ -10,6 +10,7 @@ from traceanalyze.commands._analyze import analyzer
 from traceanalyze.commands._emit import emit
 from traceanalyze.commands._source import summary_from_source
 from traceanalyze.diff import diff_summaries
+from traceanalyze.output import escape
 from traceanalyze.output.diff_report import render_diff_html, render_diff_text
 from traceanalyze.pipeline import default_out_dir
 
@@ -25,6 +26,9 @@ def command(old: Path, new: Path, html_path: Path | None, fmt: str):
     old_out, new_out = default_out_dir(old), default_out_dir(new)
     if old_out == new_out:  # same folder name (runs/a/trace, runs/b/trace): keep both reports
         old_out, new_out = old_out / "old", new_out / "new"
-    diff = diff_summaries(summary_from_source(old, analyzer(old_out)),
-                          summary_from_source(new, analyzer(new_out)))
-    emit(diff.to_dict(), lambda: render_diff_text(diff), lambda: render_diff_html(diff), fmt, html_path)
+    old_summary = summary_from_source(old, analyzer(old_out))
+    new_summary = summary_from_source(new, analyzer(new_out))
+    diff = diff_summaries(old_summary, new_summary)
+    # the terminal text shows names and titles from the traces: escaped for the terminal
+    shown = diff_summaries(*escape.deep((old_summary, new_summary), escape.terminal))
+    emit(diff.to_dict(), lambda: render_diff_text(shown), lambda: render_diff_html(diff), fmt, html_path)

@@ -12,7 +12,9 @@ from traceanalyze.commands._emit import emit
 def _progress(quiet: bool):
     if quiet:
         return None
-    return lambda msg: click.echo(f"traceanalyze: {msg}", err=True)
+    from traceanalyze.output.escape import terminal
+
+    return lambda msg: click.echo(f"traceanalyze: {terminal(msg)}", err=True)
 
 
 @click.command(name="scaling")

@@ -18,7 +18,7 @@ from traceanalyze import __version__
 from traceanalyze import db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
-from traceanalyze.load.discover import Discovery, TraceFile, discover
+from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
 from traceanalyze.load.kineto import (
     INEXACT_NS,
     INEXACT_RANKS_SQL,
@@ -31,6 +31,7 @@ from traceanalyze.load.kineto import (
 from traceanalyze.load.overlap import split_while_parsing
 from traceanalyze.load.source import estimated_uncompressed_bytes
 from traceanalyze.load.split import SplitTrace
+from traceanalyze.load.stale import staging_prefix, sweep_database_tmp, sweep_staging
 
 Progress = Callable[[str], None]
 # what DuckDB raises for malformed JSON or values it cannot convert (other errors are bugs)
@@ -134,14 +135,17 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     # sees half a database
     tmp_db = db_path.with_name(f"{db_path.name}.{os.getpid()}.tmp")
     work = None
+    staging = staging_dir(discovery.files)
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
+        sweep_staging({staging, None, str(RAM_STAGING_DIR)})
         tmp_db.unlink(missing_ok=True)
         con = duckdb.connect(str(tmp_db))
     except (OSError, duckdb.Error) as exc:
         raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
     try:
-        work = Path(tempfile.mkdtemp(prefix="traceanalyze-", dir=staging_dir(discovery.files)))
+        work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging))
         try:
             result = _load_into(con, target, discovery, work, say)
             _write_meta(con, target, ranks, fingerprint)
@@ -158,6 +162,7 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
             shutil.rmtree(work, ignore_errors=True)
         tmp_db.unlink(missing_ok=True)
         tmp_db.with_name(tmp_db.name + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(tmp_db.with_name(tmp_db.name + ".tmp"), ignore_errors=True)  # DuckDB's spill folder
     return LoadResult(db_path, result[0], False, result[1], result[2])
 
 
@@ -433,8 +438,13 @@ def _short_duckdb_error(message: str) -> str:
     return text.replace(" , in ", " in ").replace(" , ", " ").strip()[:300]
 
 
+# discovery notes that mean data may be missing (a rank file that could not be read)
+DISCOVERY_WARNINGS = {"not-a-file": "warning"}
+
+
 def _record_issues(con, discovery: Discovery, splits: list[SplitTrace]) -> None:
-    rows = [(None, path, kind, "info", message, None) for path, kind, message in discovery.notes]
+    rows = [(None, path, kind, DISCOVERY_WARNINGS.get(kind, "info"), message, None)
+            for path, kind, message in discovery.notes]
     for tf, sp in zip(discovery.files, splits):
         if sp.truncated_at_byte is not None:
             rows.append((tf.rank, str(tf.path), "truncated", "warning",
@@ -523,7 +533,7 @@ def _write_meta(con, target: Path, ranks: set[int] | None, fingerprint: str) -> 
         ("schema_version", tracedb.SCHEMA_VERSION),
         ("tool_version", __version__),
         ("target", str(target)),
-        ("rank_selection", "all" if ranks is None else ",".join(map(str, sorted(ranks)))),
+        ("rank_selection", "all" if ranks is None else format_ranks(ranks)),
         ("fingerprint", fingerprint),
     ])
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,38 +43,100 @@ class Discovery:
     notes: list[tuple[str, str, str]] = field(default_factory=list)  # (path, kind, message)
 
 
+# A selection is materialized as a set: a range like 0-20000000 would cost seconds and
+# gigabytes for ranks no job has. More than this many selected ranks is a usage error.
+MAX_SELECTED_RANKS = 1 << 20
+
+
 def parse_rank_selection(spec: str | None) -> set[int] | None:
     """`all` -> None; `0,3` -> {0, 3}; `0-7` -> {0..7}; mixtures allowed (`0-3,8`)."""
     if spec is None or spec.strip().lower() in ("", "all"):
         return None
-    ranks: set[int] = set()
+    bounds: list[tuple[int, int]] = []
     for part in spec.split(","):
         part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part)
         if not m:
-            raise TraceanalyzeError(f"--ranks: cannot read {part!r}; use all, 0,3 or 0-7")
+            raise TraceanalyzeError(f"--ranks: cannot read {part[:40]!r}; use all, 0,3 or 0-7")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) else lo
         if hi < lo:
             raise TraceanalyzeError(f"--ranks: empty range {part!r}")
+        bounds.append((lo, hi))
+    total = sum(hi - lo + 1 for lo, hi in bounds)  # counted before anything is built
+    if total > MAX_SELECTED_RANKS:
+        raise TraceanalyzeError(f"--ranks selects {total:,} ranks; at most {MAX_SELECTED_RANKS:,} "
+                                "can be selected (use all)")
+    ranks: set[int] = set()
+    for lo, hi in bounds:
         ranks.update(range(lo, hi + 1))
     return ranks
 
 
+def format_ranks(ranks) -> str:
+    """{0, 1, 2, 3, 8} -> '0-3,8' (short, whatever the number of ranks)."""
+    out: list[list[int]] = []
+    for r in sorted(ranks):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in out)
+
+
+def _kind_of(path: Path) -> str | None:
+    """None for a regular file (or a link to one); else what it is, without opening it."""
+    try:
+        mode = path.stat().st_mode  # follows links; never opens (a FIFO would block a reader)
+    except FileNotFoundError:
+        return "a dangling link" if path.is_symlink() else "gone"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device" + (f" (a link to {os.readlink(path)})" if path.is_symlink() else "")
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def _scan(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
+    """(trace files under `target`, notes for entries named like traces that are not files)."""
+    paths, skipped = [], []
+    for p in target.rglob("*"):
+        if not p.name.endswith(TRACE_SUFFIXES) or p.name.startswith(".") \
+                or p.name in ("summary.json", "expected.json"):
+            continue
+        kind = _kind_of(p)
+        if kind is None:
+            paths.append(p)
+        elif kind != "gone":
+            skipped.append((str(p), "not-a-file", f"named like a trace file but {kind}: skipped (not read)"))
+    return sorted(paths), sorted(skipped)
+
+
 def list_trace_paths(target: Path) -> list[Path]:
     """Trace files under `target` (a file or a directory, searched recursively)."""
+    return _list(target)[0]
+
+
+def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     if not target.exists():
-        raise TraceanalyzeError("no such file or directory", str(target))
-    if target.is_file():
-        return [target]
-    paths = sorted(
-        p for p in target.rglob("*")
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
-        and p.name not in ("summary.json", "expected.json")
-    )
+        what = "a dangling link" if target.is_symlink() else "no such file or directory"
+        raise TraceanalyzeError(what, str(target))
+    kind = _kind_of(target)
+    if kind is None:
+        return [target], []
+    if kind != "a folder":
+        raise TraceanalyzeError(f"not a trace file or folder: {kind}", str(target))
+    paths, skipped = _scan(target)
     if not paths:
-        raise TraceanalyzeError("no trace files (*.json, *.json.gz) found", str(target))
-    return paths
+        extra = f" ({len(skipped)} entries named like traces are not regular files)" if skipped else ""
+        raise TraceanalyzeError(f"no trace files (*.json, *.json.gz) found{extra}", str(target))
+    return paths, skipped
 
 
 def read_distributed_info(path: Path) -> dict | None:
@@ -85,7 +149,7 @@ def read_distributed_info(path: Path) -> dict | None:
     text = head[colon + 1:].decode("utf-8", errors="replace").lstrip()
     try:
         value, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read: not used
         return None
     return value if isinstance(value, dict) else None
 
@@ -166,19 +230,22 @@ def pick_windows(files: list[TraceFile]) -> Discovery:
 
 def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
     """Files to load for `target`, filtered to the selected ranks."""
-    paths = list_trace_paths(target)
+    paths, skipped = _list(target)
     found = [identify(p, only_file=len(paths) == 1) for p in paths]
     result = pick_windows(found)
+    result.notes += skipped
     if ranks is not None:
         present = {tf.rank for tf in result.files}
         missing = sorted(ranks - present)
         result.files = [tf for tf in result.files if tf.rank in ranks]
         if not result.files:
             raise TraceanalyzeError(
-                f"none of the selected ranks {sorted(ranks)} has a trace (present: {sorted(present)})",
-                str(target))
-        for rank in missing:
-            result.notes.append((str(target), "rank-missing", f"selected rank {rank} has no trace file"))
+                f"none of the selected ranks ({_cut(format_ranks(ranks))}) has a trace "
+                f"(present: {_cut(format_ranks(present))})", str(target))
+        if missing:  # one note, however many ranks the selection names
+            result.notes.append((str(target), "rank-missing",
+                                 f"{len(missing):,} selected rank(s) have no trace file: "
+                                 f"{_cut(format_ranks(missing))}"))
     worlds = {tf.world_size for tf in result.files if tf.world_size}
     if len(worlds) > 1:  # name a file whose world size differs from most others'
         usual = Counter(tf.world_size for tf in result.files if tf.world_size).most_common(1)[0][0]
@@ -198,3 +265,7 @@ def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
                                  f"world size is {world} but {n_absent} rank files are absent "
                                  f"({shown}); analyzing the {len(present)} ranks present"))
     return result
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit - 4] + " ..."

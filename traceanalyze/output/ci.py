@@ -6,6 +6,7 @@ exactly a finding, load issue or regression that made `gate.evaluate` fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 from traceanalyze import __version__
 from traceanalyze.gate import GateResult, finding_reason, load_issue_reason
+from traceanalyze.output import escape
 
 FORMATS = ("text", "github", "junit", "sarif")
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
@@ -27,10 +29,23 @@ PSEUDO_RULES = {
 }
 
 
+def ci_safe(value):
+    """Every string of a summary / result escaped for a CI log (see output/escape.py)."""
+    return escape.deep(value, escape.ci_line)
+
+
+def _safe_result(result: GateResult) -> GateResult:
+    return dataclasses.replace(
+        result, reasons=ci_safe(result.reasons), findings=ci_safe(result.findings),
+        new_findings=ci_safe(result.new_findings), load_issues=ci_safe(result.load_issues),
+        notes=ci_safe(result.notes), load_warnings=ci_safe(result.load_warnings))
+
+
 # ---- text ------------------------------------------------------------------------------
 
 def format_text(result: GateResult) -> str:
     """One line per failing reason, notes, then the verdict line."""
+    result = _safe_result(result)
     lines = list(result.reasons)
     lines += [f"note: {note}" for note in result.notes]
     below = [f for f in result.findings if not f["fails"]]
@@ -38,6 +53,8 @@ def format_text(result: GateResult) -> str:
         lines.append(f"note: {len(below)} finding(s) do not fail the gate (below --fail-on "
                      f"{result.policy.fail_on}{' or already in the baseline' if result.baseline_used else ''})")
     verdict = "passed" if result.passed else f"FAILED ({len(result.reasons)} reason(s))"
+    if result.passed and result.load_warnings:  # never a bare "passed" over lost data
+        verdict += f" with {len(result.load_warnings)} load warning(s)"
     baseline = f", {len(result.compared)} metric(s) compared with the baseline" if result.baseline_used else ""
     lines.append(f"traceanalyze check: {verdict} [fail-on {result.policy.fail_on}{baseline}]")
     return "\n".join(lines) + "\n"
@@ -61,7 +78,11 @@ def annotation(level: str, message: str, title: str | None = None) -> str:
 
 
 def format_github(result: GateResult) -> str:
-    """`::error` / `::warning` / `::notice` lines for findings, load issues and regressions."""
+    """`::error` / `::warning` / `::notice` lines for findings, load issues and regressions.
+
+    Messages and titles are escaped by GitHub's own rules (escape_data / escape_property),
+    which keep a multi-line title readable in the annotation.
+    """
     lines = []
     for f in result.findings:
         known = "" if f["new"] or not result.baseline_used else " (already in the baseline)"
@@ -90,6 +111,7 @@ def _cost(finding: dict) -> str:
 
 def format_junit(summary: dict, result: GateResult, rule_ids=()) -> str:
     """JUnit XML: one testcase per rule (+ load issues, + one per baseline metric)."""
+    summary, result, rule_ids = ci_safe(summary), _safe_result(result), ci_safe(list(rule_ids))
     rules = sorted(set(rule_ids) | {f["rule"] for f in summary.get("findings") or []})
     suites = [_rules_suite(summary, result, rules)]
     if result.baseline_used:
@@ -163,7 +185,7 @@ def _baseline_suite(result: GateResult) -> ET.Element:
 # ---- SARIF 2.1.0 ---------------------------------------------------------------------------
 
 def format_sarif(summary: dict, result: GateResult, rule_docs: dict[str, str] | None = None) -> str:
-    return json.dumps(sarif_log(summary, result, rule_docs), indent=2) + "\n"
+    return json.dumps(ci_safe(sarif_log(summary, result, rule_docs)), indent=2) + "\n"
 
 
 def sarif_log(summary: dict, result: GateResult, rule_docs: dict[str, str] | None = None) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyze.output import escape
 from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.charts import hot_ranks
 from traceanalyze.output.html import order_findings
@@ -155,7 +156,12 @@ def _load_issues(summary: dict, st: _Style) -> list[str]:
 
 
 def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bool = False) -> str:
-    """The terminal verdict; `outputs` are (label, path) lines printed at the end."""
+    """The terminal verdict; `outputs` are (label, path) lines printed at the end.
+
+    Every string of the summary (trace folder, titles, load issues) and of `outputs` is
+    escaped for the terminal (output/escape.py): a trace cannot send control sequences.
+    """
+    summary, outputs = escape.deep(summary, escape.terminal), escape.deep(list(outputs), escape.terminal)
     st = _Style(color)
     hot = hot_ranks(summary)
     blocks = [_header(summary, st) + _step_line(summary, st), _phase_table(summary, hot, st),

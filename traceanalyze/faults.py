@@ -1,0 +1,103 @@
+"""Signals and system faults -> the documented exit codes, one line on stderr, no traceback.
+
+- SIGINT (Ctrl-C) and SIGTERM (`timeout`, CI cancellation, `docker stop`) raise
+  KeyboardInterrupt in the main thread, so every `finally` runs (temporary databases, part
+  files, half-written outputs are removed); the command then prints `interrupted` and exits
+  130 (SIGINT) or 143 (SIGTERM). DuckDB turns a signal during a query into
+  `RuntimeError: Query interrupted` or an InterruptException: the same.
+- A full disk, a file-size limit, a missing or read-only folder (OSError: ENOSPC, EFBIG,
+  ENOENT, EROFS, ...), DuckDB's I/O and fatal errors, MemoryError: `error: ...`, exit 2.
+- A closed stdout (`... | head`): exit 141 quietly, like other Unix tools.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import click
+import duckdb
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141
+EXIT_ERROR = 2
+# DuckDB errors that come from the machine (disk, memory, permissions), not from a bug
+SYSTEM_DUCKDB_ERRORS = (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException,
+                        duckdb.PermissionException)
+
+received: int | None = None  # the last signal that interrupted this process
+
+
+def _interrupt(signum, _frame) -> None:
+    global received
+    received = signum
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM both interrupt the main thread (see the module docstring)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    if isinstance(exc, (KeyboardInterrupt, click.Abort, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
+
+
+def interrupted_exit_code() -> int:
+    return EXIT_TERMINATED if received == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+def fault_message(exc: BaseException) -> str | None:
+    """The one-line error for a system fault, or None when `exc` is not one."""
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}"
+    if isinstance(exc, SYSTEM_DUCKDB_ERRORS):
+        return "the trace database: " + " ".join(str(exc).split())[:300]
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, RecursionError):
+        return "the input is nested too deeply to be read"
+    return None
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush stays silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def run(main) -> None:
+    """Call `main()` (a click command in non-standalone mode) and exit with the right code."""
+    install_signal_handlers()
+    try:
+        code = main()
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = EXIT_BROKEN_PIPE
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every other case re-raises
+        if is_interrupt(exc):
+            click.echo("interrupted" + (" (SIGTERM)" if received == signal.SIGTERM else ""), err=True)
+            code = interrupted_exit_code()
+        else:
+            message = fault_message(exc)
+            if message is None:
+                raise
+            from traceanalyze.output.escape import terminal
+
+            click.echo(f"error: {terminal(message)}", err=True)
+            code = EXIT_ERROR
+    sys.exit(code if isinstance(code, int) else 0)
