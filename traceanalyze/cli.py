@@ -157,6 +157,7 @@ def _run_query(con, query: str, fmt: str, limit: int | None, timeout_s: float | 
     """Execute, then fetch and write chunk by chunk; --timeout interrupts DuckDB from a timer."""
     import threading
 
+    from traceanalyze.faults import interrupting
     from traceanalyze.output.tabular import limited, write_rows
 
     timer, timed_out = None, threading.Event()
@@ -168,13 +169,14 @@ def _run_query(con, query: str, fmt: str, limit: int | None, timeout_s: float | 
         timer.daemon = True
         timer.start()
     try:
-        cur = con.execute(query)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        chunks = iter(lambda: cur.fetchmany(FETCH_ROWS), []) if columns else iter(())
-        rows, was_cut = limited(chunks, limit)
-        out = sys.stdout
-        shown = write_rows(columns, rows, fmt, out, tty=out.isatty())
-        out.flush()
+        with interrupting(con):  # Ctrl-C / SIGTERM stop a long query at once
+            cur = con.execute(query)
+            columns = [d[0] for d in cur.description] if cur.description else []
+            chunks = iter(lambda: cur.fetchmany(FETCH_ROWS), []) if columns else iter(())
+            rows, was_cut = limited(chunks, limit)
+            out = sys.stdout
+            shown = write_rows(columns, rows, fmt, out, tty=out.isatty())
+            out.flush()
     except (duckdb.Error, RuntimeError) as exc:
         if timed_out.is_set():
             raise TraceanalyzeError(f"query stopped after the --timeout of {timeout_s:g} s") from None

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 import click
 import duckdb
@@ -64,6 +66,43 @@ def fault_message(exc: BaseException) -> str | None:
     if isinstance(exc, RecursionError):
         return "the input is nested too deeply to be read"
     return None
+
+
+@contextmanager
+def interrupting(con):
+    """While the block runs, SIGINT / SIGTERM also call `con.interrupt()` from a watcher thread.
+
+    DuckDB notices a signal only now and then (a long aggregate can run on for minutes), and
+    Python runs its handler only between bytecodes of the main thread, which is inside DuckDB.
+    The signal's number reaches the watcher through signal.set_wakeup_fd; the query stops with
+    an InterruptException, and the usual handler then says 'interrupted' (run below).
+    """
+    global received
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    done = threading.Event()
+
+    def watch() -> None:
+        global received
+        while True:
+            data = os.read(read_fd, 64)
+            if done.is_set() or not data:
+                return
+            received = data[-1]
+            con.interrupt()
+
+    watcher = threading.Thread(target=watch, name="traceanalyze-signals", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        done.set()
+        os.write(write_fd, b"\0")
+        watcher.join(1.0)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def _quiet_stdout() -> None:

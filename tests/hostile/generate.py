@@ -135,7 +135,8 @@ def truncated_rank(folder: Path, keep: float = 0.5) -> Path:
 
 def wide_header(folder: Path, keys: int = 20_000) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    extra = {f"k{i}": '"traceEvents": [' for i in range(keys)}
+    # every key holds a `"traceEvents": [` of its own: a candidate for the events' start
+    extra = {f"k{i}": {"traceEvents": []} for i in range(keys)}
     (folder / "rank0.pt.trace.json").write_text(trace_text(0, 1, header=extra))
     return folder
 
@@ -195,7 +196,9 @@ def deep_metadata(folder: Path, depth: int = 1500) -> Path:
 
 def long_step_number(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    text = trace_text(0, 1).replace('"ProfilerStep#2"', '"ProfilerStep#' + "9" * 31 + '"')
+    text = trace_text(0, 1)
+    for n in range(2, 6):  # every step: ProfilerStep#<30 nines><n>, 31 digits
+        text = text.replace(f'"ProfilerStep#{n}"', '"ProfilerStep#' + "9" * 30 + f'{n}"')
     (folder / "rank0.pt.trace.json").write_text(text)
     return folder
 
