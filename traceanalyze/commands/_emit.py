@@ -25,6 +25,7 @@ def emit(data: dict, render_text: Callable[[], str], render_html: Callable[[], s
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(render_text(), nl=False)
+        # names in the text come from the traces: no control sequence reaches the terminal
+        click.echo("\n".join(terminal(line) for line in render_text().split("\n")), nl=False)
     if html_path is not None:
         click.echo(f"wrote {terminal(html_path)}", err=True)
