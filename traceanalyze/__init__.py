@@ -1,3 +1,17 @@
-"""traceanalyze: which rank and which phase slows a distributed PyTorch job, why, and what to try."""
+"""traceanalyze: which rank and which phase slows a distributed PyTorch job.
+
+    import traceanalyze
+    a = traceanalyze.analyze("runs/job42")     # an Analysis: .verdict, .findings, .sql(), ...
+
+Everything imported here is the public, typed API (see the README, "Python / notebooks").
+"""
 
 __version__ = "0.1.0"
+
+from traceanalyze.api import Analysis, analyze, diff, scaling  # noqa: E402
+from traceanalyze.errors import TraceanalyzeError, TraceConfigError, TraceError, TraceFormatError  # noqa: E402
+from traceanalyze.findings import Cost, Finding  # noqa: E402
+from traceanalyze.summary_model import Summary  # noqa: E402
+
+__all__ = ["Analysis", "Cost", "Finding", "Summary", "TraceConfigError", "TraceError",
+           "TraceFormatError", "TraceanalyzeError", "__version__", "analyze", "diff", "scaling"]
