@@ -39,7 +39,7 @@ FETCH_ROWS = 10_000  # rows fetched (and written) at a time
 @ranks_option()
 def command(source: Path | None, query: str | None, query_file: Path | None, fmt: str, limit: int | None,
         timeout_s: float | None, write: bool, show_schema: bool, ranks: str):
-    """Run SQL on a trace database (a .duckdb file, or a trace folder that is loaded first).
+    """Run SQL on a trace database (a .duckdb file, or a trace folder, loaded first into the cache folder).
 
     The result is written as it is fetched (any size, in bounded memory).
     """
