@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the example reports: reports/<scenario>/report.html + summary.json for every
+# Regenerate the example reports: reports/examples/<scenario>/report.html + summary.json for every
 # recorded fixture scenario (fixtures/ddp/<scenario>/), so a newcomer can open one without
 # installing anything. trace.duckdb is written too (the copyable SQL in the report runs on it)
 # but is git-ignored.
@@ -25,8 +25,8 @@ for name in "${scenarios[@]}"; do
         echo "skip   $name (no trace files in $src)"
         continue
     fi
-    if python3 -m traceanalyze "$src" --out "reports/$name" --quiet >/dev/null; then
-        echo "wrote  reports/$name/report.html"
+    if python3 -m traceanalyze "$src" --out "reports/examples/$name" --quiet >/dev/null; then
+        echo "wrote  reports/examples/$name/report.html"
     else
         echo "FAILED $name" >&2
         failed=1

@@ -12,6 +12,15 @@ import pytest
 os.environ["TRACEANALYZE_STRICT_RULES"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_cache_folder(tmp_path_factory):
+    """Derived databases of `sql DIR`, `diff`, `scaling` go to a cache folder: the tests' own,
+    never the user's ~/.cache (subprocesses inherit the variable)."""
+    os.environ["TRACEANALYZE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+
 FIXTURES = ROOT / "fixtures" / "ddp"
 REAL_TRACES = ROOT / "fixtures" / "real"
 

@@ -183,9 +183,16 @@ def test_diff_of_two_recorded_trace_folders(tmp_path):
                            str(FIXTURES / "compute_straggler"), "--html", str(html)],
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr
-    # each run was analyzed into its own report folder under the working directory
-    old = json.loads((tmp_path / "reports" / "balanced" / "summary.json").read_text())
-    new = json.loads((tmp_path / "reports" / "compute_straggler" / "summary.json").read_text())
+    # the runs were analyzed without writing anything the user did not ask for (only diff.html)
+    assert [p.name for p in tmp_path.iterdir()] == ["diff.html"]
+
+    def analyzed(name):  # each run on its own, by `traceanalyze DIR --format json`
+        run = subprocess.run([sys.executable, "-m", "traceanalyze", str(FIXTURES / name), "--out",
+                              str(tmp_path / "own" / name), "--quiet", "--format", "json"],
+                             capture_output=True, text=True, check=True)
+        return json.loads(run.stdout)
+
+    old, new = analyzed("balanced"), analyzed("compute_straggler")
     lines = proc.stdout.splitlines()
     rows = _rank_table(lines)
 

@@ -134,11 +134,19 @@ def test_write_allows_changes(cli, db, tmp_path):
     assert out.read_text().split() == ["one", "1"]
 
 
-def test_sql_on_a_trace_folder_loads_it_first(cli, tmp_path):
-    proc = cli("sql", REAL_TRACES / "hta-cpu-only", "SELECT rank FROM ranks", "--format", "json", cwd=tmp_path)
+def test_sql_on_a_trace_folder_loads_it_first(cli, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRACEANALYZE_CACHE_DIR", str(cache))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = cli("sql", REAL_TRACES / "hta-cpu-only", "SELECT rank FROM ranks", "--format", "json", cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [{"rank": 34}]
-    assert (tmp_path / "reports" / "hta-cpu-only" / "trace.duckdb").is_file()
+    # nothing written in the working folder: the derived database lives in the cache folder
+    assert list(work.iterdir()) == []
+    (db,) = cache.glob("hta-cpu-only-*/trace.duckdb")
+    again = cli("sql", db, "SELECT rank FROM ranks", "--format", "json", cwd=work)
+    assert json.loads(again.stdout) == [{"rank": 34}]
 
 
 @pytest.mark.parametrize("args, words", [

@@ -1,3 +1,35 @@
-"""traceanalyze: which rank and which phase slows a distributed PyTorch job, why, and what to try."""
+"""traceanalyze: which rank and which phase slows a distributed PyTorch job.
+
+    import traceanalyze
+    a = traceanalyze.analyze("runs/job42")     # an Analysis: .verdict, .findings, .sql(), ...
+
+Everything imported here is the public, typed API (see the README, "Python / notebooks").
+"""
+
+import sys
+import types
 
 __version__ = "0.1.0"
+
+from traceanalyze.api import Analysis, analyze, diff, scaling  # noqa: E402
+from traceanalyze.errors import TraceanalyzeError, TraceConfigError, TraceError, TraceFormatError  # noqa: E402
+from traceanalyze.findings import Cost, Finding  # noqa: E402
+from traceanalyze.summary_model import Summary  # noqa: E402
+
+__all__ = ["Analysis", "Cost", "Finding", "Summary", "TraceConfigError", "TraceError",
+           "TraceFormatError", "TraceanalyzeError", "__version__", "analyze", "diff", "scaling"]
+
+_API_NAMES = {"diff": diff, "scaling": scaling}
+
+
+class _Package(types.ModuleType):
+    """`traceanalyze.diff` and `traceanalyze.scaling` stay the API functions after their
+    same-named modules are imported (`from traceanalyze.diff import ...` still works)."""
+
+    def __setattr__(self, name, value):
+        if name in _API_NAMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

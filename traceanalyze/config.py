@@ -29,7 +29,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.errors import TraceConfigError
 from traceanalyze.findings import SEVERITIES
 
 TOP_LEVEL_KEYS = {"fail_on", "select", "ignore", "max_regression_pct", "rules_dirs", "rules"}
@@ -70,7 +70,7 @@ def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TraceanalyzeError(f"cannot read the configuration: {exc}", str(path)) from None
+        raise TraceConfigError(f"cannot read the configuration: {exc}", str(path)) from None
 
 
 def parse_param_args(args: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -79,7 +79,7 @@ def parse_param_args(args: Iterable[str]) -> dict[str, dict[str, str]]:
     for arg in args:
         m = _PARAM_ARG.match(str(arg))
         if not m:
-            raise TraceanalyzeError(f"--param expects RULE.NAME=VALUE, not {arg!r}")
+            raise TraceConfigError(f"--param expects RULE.NAME=VALUE, not {arg!r}")
         out.setdefault(m.group(1), {})[m.group(2)] = m.group(3).strip()
     return out
 
@@ -90,34 +90,34 @@ def _rule_list(value: Any, key: str, where: str) -> tuple[str, ...] | None:
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TraceanalyzeError(f"{key} must be a list of rule ids", where)
+        raise TraceConfigError(f"{key} must be a list of rule ids", where)
     return tuple(v.strip() for v in value)
 
 
 def _check_top_level(section: Mapping[str, Any], where: str) -> None:
     unknown = sorted(set(section) - TOP_LEVEL_KEYS)
     if unknown:
-        raise TraceanalyzeError(f"unknown setting(s) {', '.join(unknown)} "
+        raise TraceConfigError(f"unknown setting(s) {', '.join(unknown)} "
                                 f"(known: {', '.join(sorted(TOP_LEVEL_KEYS))})", where)
     fail_on = section.get("fail_on")
     if fail_on is not None and fail_on not in SEVERITIES:
-        raise TraceanalyzeError(f"fail_on must be one of {', '.join(SEVERITIES)}", where)
+        raise TraceConfigError(f"fail_on must be one of {', '.join(SEVERITIES)}", where)
 
 
 def _split_rule_tables(rules: Any, where: str) -> tuple[dict, dict]:
     """[rules.<id>] tables -> ({id: {param: value}}, {id: severity})."""
     if not isinstance(rules, dict):
-        raise TraceanalyzeError("rules must be a table of [rules.<rule id>] tables", where)
+        raise TraceConfigError("rules must be a table of [rules.<rule id>] tables", where)
     params: dict[str, dict] = {}
     severity: dict[str, str] = {}
     for rule_id, table in rules.items():
         if not isinstance(table, dict):
-            raise TraceanalyzeError(f"rules.{rule_id} must be a table", where)
+            raise TraceConfigError(f"rules.{rule_id} must be a table", where)
         table = dict(table)
         if "severity" in table:
             severity[rule_id] = table.pop("severity")
             if severity[rule_id] not in SEVERITIES:
-                raise TraceanalyzeError(f"rules.{rule_id}.severity must be one of {', '.join(SEVERITIES)}", where)
+                raise TraceConfigError(f"rules.{rule_id}.severity must be one of {', '.join(SEVERITIES)}", where)
         params[rule_id] = table
     return params, severity
 
@@ -130,7 +130,7 @@ def _validate(params: Mapping[str, Mapping[str, Any]], names: Iterable[str],
     rules = {rule.id: rule for rule in load_rules(rules_dirs)}
     for rule_id in [*params, *names]:
         if rule_id not in rules:
-            raise TraceanalyzeError(f"unknown rule {rule_id!r} (rules: {', '.join(sorted(rules))})")
+            raise TraceConfigError(f"unknown rule {rule_id!r} (rules: {', '.join(sorted(rules))})")
     typed = {}
     for rule_id, values in params.items():
         resolved = resolve_params(rules[rule_id], values)
@@ -140,7 +140,23 @@ def _validate(params: Mapping[str, Mapping[str, Any]], names: Iterable[str],
 
 def load_config(start_dir: Path, params: Iterable[str] = ()) -> Config:
     """Read the nearest config file at or above `start_dir`, then apply `--param` values."""
-    found = find_config_file(Path(start_dir))
+    return _config(find_config_file(Path(start_dir)), params, Path(start_dir))
+
+
+def config_from_file(path: Path | None, params: Iterable[str] = ()) -> Config:
+    """The settings of exactly this file (traceanalyze.toml or pyproject.toml; None: defaults)
+    with `params` applied; nothing is searched for."""
+    if path is None:
+        return _config(None, params, Path.cwd())
+    path = Path(path)
+    if not path.is_file():
+        raise TraceConfigError("no such configuration file", str(path))
+    data = _read_toml(path)
+    section = data.get("tool", {}).get("traceanalyze", {} if path.name == "pyproject.toml" else data)
+    return _config((path, section), params, path.parent)
+
+
+def _config(found: tuple[Path, dict] | None, params: Iterable[str], start_dir: Path) -> Config:
     source, section = found if found else (None, {})
     where = str(source) if source else "--param"
     _check_top_level(section, where)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from traceanalyze import db as tracedb
-from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.load import load_trace_dir
+from traceanalyze.errors import TraceError
 
 Progress = Callable[[str], None]
 
@@ -52,21 +53,37 @@ def write_summary_json(summary: dict, path: Path) -> Path:
     return path
 
 
-def build_trace_summary(db_path: Path, trace_dir: str, config) -> dict:
-    """Rules + metrics on a loaded database -> the summary dict (stages 4-5)."""
-    from traceanalyze.summary import build_summary
-
-    con = tracedb.connect(db_path, read_only=True)
-    try:
-        return build_summary(con, trace_dir, config)
-    finally:
-        con.close()
-
-
 def default_out_dir(trace_dir: Path) -> Path:
-    """reports/<name of the trace folder (or file, without extensions)>."""
+    """reports/<name of the trace folder (or file, without extensions)>: where `traceanalyze DIR` writes."""
+    return Path("reports") / run_name(trace_dir)
+
+
+def run_name(trace_dir: Path) -> str:
+    """The name of a run: its folder's name, or the trace file's name without extensions."""
+    trace_dir = Path(trace_dir)
     name = trace_dir.resolve().name if trace_dir.is_dir() else trace_dir.name.split(".")[0]
-    return Path("reports") / (name or "trace")
+    return name or "trace"
+
+
+CACHE_ENV = "TRACEANALYZE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """$TRACEANALYZE_CACHE_DIR, else $XDG_CACHE_HOME/traceanalyze, else ~/.cache/traceanalyze."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen:
+        return Path(chosen)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "traceanalyze"
+
+
+def cache_db_path(trace_dir: Path) -> Path:
+    """The derived database of a trace folder that the user did not ask to keep (`sql DIR`,
+    `diff`, `scaling`, `check --baseline DIR`): <cache>/<name>-<hash of the absolute path>/trace.duckdb.
+    Reused while the traces are unchanged, like any trace database."""
+    absolute = str(Path(trace_dir).resolve())
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return cache_dir() / f"{run_name(trace_dir)}-{digest}" / "trace.duckdb"
 
 
 def _make_out_dir(out_dir: Path) -> None:
@@ -75,12 +92,14 @@ def _make_out_dir(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TraceanalyzeError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
+        raise TraceError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
     sweep_outputs(out_dir)  # half-written outputs of killed runs
 
 
-def _write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,
-                   say: Progress) -> AnalysisPaths:
+def write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,
+                  say: Progress) -> AnalysisPaths:
+    """summary.json (+ report.html, + the merged Perfetto trace) of an analysis into out_dir."""
+    _make_out_dir(out_dir)
     report_html = perfetto_trace = None
     try:
         summary_json = write_summary_json(summary, out_dir / "summary.json")
@@ -99,7 +118,7 @@ def _write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perf
             finally:
                 con.close()
     except OSError as exc:
-        raise TraceanalyzeError(f"cannot write: {exc.strerror}", exc.filename or str(out_dir)) from None
+        raise TraceError(f"cannot write: {exc.strerror}", exc.filename or str(out_dir)) from None
     return AnalysisPaths(out_dir, db_path, summary_json, report_html, perfetto_trace)
 
 
@@ -107,21 +126,19 @@ def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] |
                  params: list[str] | tuple = (), *, html: bool = True, perfetto: bool = False,
                  reuse: bool = True, progress: Progress | None = None,
                  config_dir: Path | None = None) -> AnalysisResult:
-    """Analyze the traces under `trace_dir`; write trace.duckdb, summary.json and the reports into `out_dir`.
+    """`traceanalyze DIR`: analyze, then write trace.duckdb, summary.json and the reports into out_dir.
 
     `out_dir` defaults to reports/<trace dir name>/, `ranks` None means all ranks, `params` are
     RULE.NAME=VALUE overrides, the configuration file is looked up from `config_dir` (default:
-    the working folder). Bad input raises TraceanalyzeError (exit code 2 in the CLI).
+    the working folder). Bad input raises TraceError (exit code 2 in the CLI). The same as
+    `traceanalyze.analyze(...)` followed by `.write_report(out_dir)`.
     """
-    from traceanalyze.config import load_config
+    from traceanalyze.api import analyze
 
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(Path(trace_dir))
     say = progress or (lambda _msg: None)
-    trace_dir = Path(trace_dir)
-    config = load_config(config_dir or Path.cwd(), list(params))  # a typo fails before the long load
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(trace_dir)
-    _make_out_dir(out_dir)
-    db_path = out_dir / "trace.duckdb"
-    load_trace_dir(trace_dir, db_path, ranks, reuse=reuse, progress=say)
-    say("running rules")
-    summary = build_trace_summary(db_path, str(trace_dir), config)
-    return AnalysisResult(summary, _write_outputs(summary, out_dir, db_path, html, perfetto, say))
+    with analyze(trace_dir, ranks if ranks is not None else "all", db=out_dir / "trace.duckdb",
+                 params=list(params), config=config_dir or Path.cwd(), progress=say,
+                 force=not reuse) as analysis:
+        paths = analysis.write_report(out_dir, html=html, perfetto=perfetto, progress=say)
+        return AnalysisResult(analysis.summary_dict, paths)

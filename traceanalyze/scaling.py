@@ -295,16 +295,19 @@ def build_report(stats: Sequence[RunStats], batch_size: float | None = None,
                          notes=_notes(mode, runs))
 
 
+def measure_trace_dir(run_dir: Path, db_path: Path, progress: Callable[[str], None] | None = None) -> RunStats:
+    """Load one run with the real loader (reused when unchanged) and measure it."""
+    result = load_trace_dir(run_dir, db_path, progress=progress)
+    con = tracedb.connect(result.db_path, read_only=True)
+    try:
+        return measure_run(con, str(run_dir))
+    finally:
+        con.close()
+
+
 def analyze_runs(run_dirs: Sequence[Path], db_path_for: Callable[[Path], Path],
                  batch_size: float | None = None, global_batch_size: float | None = None,
                  progress: Callable[[str], None] | None = None) -> ScalingReport:
-    """Load every run with the real loader (a database per run, reused when unchanged) and compare."""
-    stats = []
-    for run_dir in run_dirs:
-        result = load_trace_dir(run_dir, db_path_for(run_dir), progress=progress)
-        con = tracedb.connect(result.db_path, read_only=True)
-        try:
-            stats.append(measure_run(con, str(run_dir)))
-        finally:
-            con.close()
+    """Load every run (a database per run, reused when unchanged) and compare."""
+    stats = [measure_trace_dir(run_dir, db_path_for(run_dir), progress) for run_dir in run_dirs]
     return build_report(stats, batch_size, global_batch_size)

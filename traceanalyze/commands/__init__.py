@@ -1,4 +1,7 @@
-"""Subcommands beyond load/sql, one module each; each module exposes `command` (a click command)."""
+"""The commands, one module each; each module exposes `command` (a click command).
 
-# Add a module name here when you add traceanalyze/commands/<name>.py
-COMMAND_MODULES: list[str] = ["analyze", "check", "diff", "scaling", "rules", "explain"]
+Commands parse options and print: the work is done by the Python API (traceanalyze/api.py).
+"""
+
+# Add a module name here when you add traceanalyze/commands/<name>.py (order = `--help` order)
+COMMAND_MODULES: list[str] = ["load", "sql", "analyze", "check", "diff", "scaling", "rules", "explain"]

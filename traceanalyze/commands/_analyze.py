@@ -10,12 +10,18 @@ GATE_KEYS = ("fail_on", "select", "ignore", "max_regression_pct")
 
 
 def analyzer(out_dir: Path | None = None, ranks: set[int] | None = None, params=()):
-    """A `source -> summary dict` function that runs the full pipeline (writes out_dir/)."""
-    def analyze(source: Path) -> dict:
-        from traceanalyze.pipeline import run_analysis
+    """A `source -> summary dict` function: with `out_dir`, the full pipeline writing out_dir/
+    (like `traceanalyze DIR --out out_dir`); without, only the database, in the cache folder."""
+    def analyze_source(source: Path) -> dict:
+        from traceanalyze.api import analyze
+        from traceanalyze.pipeline import cache_db_path, run_analysis
 
-        return run_analysis(source, out_dir, ranks, list(params), html=True).summary
-    return analyze
+        if out_dir is not None:
+            return run_analysis(source, out_dir, ranks, list(params), html=True).summary
+        with analyze(source, ranks, db=cache_db_path(source), params=list(params),
+                     config=Path.cwd(), progress=False) as analysis:
+            return analysis.summary_dict
+    return analyze_source
 
 
 def gate_settings(start_dir: Path) -> dict:

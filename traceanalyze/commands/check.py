@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from traceanalyze.commands._analyze import analyzer, gate_settings, known_rules
+from traceanalyze.commands._options import out_option, param_option, ranks_option
 from traceanalyze.commands._source import summary_from_source
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.gate import SEVERITIES, GatePolicy, GateResult, evaluate, parse_rule_list
@@ -78,21 +79,19 @@ def _write(path: Path, text: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(ci.FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the formatted result to this file; the reasons still print.")
-@click.option("--ranks", default="all", show_default=True, help="Ranks to analyze (trace input only).")
-@click.option("--param", "params", multiple=True, metavar="RULE.NAME=VALUE",
-              help="Override a rule threshold (trace input only; repeatable).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder for trace input [default: reports/<trace dir name>/].")
+@ranks_option("Ranks to analyze (trace input only).")
+@param_option("Override a rule threshold (trace input only; repeatable).")
+@out_option("Report folder for trace input [default: reports/<trace dir name>/].")
 @click.pass_context
 def command(ctx, source, fail_on, select, ignore, baseline, max_regression_pct, fmt, output,
             ranks, params, out_dir):
     """CI gate on a trace folder or summary.json: exit 0 pass, 1 fail, 2 bad input."""
     policy = build_policy(fail_on, select, ignore, max_regression_pct, Path.cwd())
-    summary = summary_from_source(source, analyzer(out_dir, parse_rank_selection(ranks), params))
+    summary = summary_from_source(source, analyzer(out_dir or default_out_dir(source),
+                                                   parse_rank_selection(ranks), params))
     old = None
-    if baseline is not None:  # a baseline trace folder gets its own report folder
-        base_out = (out_dir or default_out_dir(source)) / "baseline"
-        old = summary_from_source(baseline, analyzer(base_out))
+    if baseline is not None:  # a baseline trace folder: its report in --out/baseline, else only a cached database
+        old = summary_from_source(baseline, analyzer(out_dir / "baseline" if out_dir else None))
     rules = known_rules()
     check_rule_ids(policy, rules, summary)
     result = evaluate(summary, policy, old)

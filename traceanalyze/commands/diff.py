@@ -12,7 +12,6 @@ from traceanalyze.commands._source import summary_from_source
 from traceanalyze.diff import diff_summaries
 from traceanalyze.output import escape
 from traceanalyze.output.diff_report import render_diff_html, render_diff_text
-from traceanalyze.pipeline import default_out_dir
 
 
 @click.command(name="diff")
@@ -23,11 +22,9 @@ from traceanalyze.pipeline import default_out_dir
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(old: Path, new: Path, html_path: Path | None, fmt: str):
     """Compare two runs (trace folders or summary.json files) per phase and rank."""
-    old_out, new_out = default_out_dir(old), default_out_dir(new)
-    if old_out == new_out:  # same folder name (runs/a/trace, runs/b/trace): keep both reports
-        old_out, new_out = old_out / "old", new_out / "new"
-    old_summary = summary_from_source(old, analyzer(old_out))
-    new_summary = summary_from_source(new, analyzer(new_out))
+    # a trace folder is analyzed into the cache folder (its database only; no report is written)
+    old_summary = summary_from_source(old, analyzer())
+    new_summary = summary_from_source(new, analyzer())
     diff = diff_summaries(old_summary, new_summary)
     # the terminal text shows names and titles from the traces: escaped for the terminal
     shown = diff_summaries(*escape.deep((old_summary, new_summary), escape.terminal))

@@ -7,14 +7,8 @@ from pathlib import Path
 import click
 
 from traceanalyze.commands._emit import emit
-
-
-def _progress(quiet: bool):
-    if quiet:
-        return None
-    from traceanalyze.output.escape import terminal
-
-    return lambda msg: click.echo(f"traceanalyze: {terminal(msg)}", err=True)
+from traceanalyze.commands._options import quiet_option
+from traceanalyze.progress import cli_progress
 
 
 @click.command(name="scaling")
@@ -27,7 +21,7 @@ def _progress(quiet: bool):
               help="Samples per rank per step, the same in every run (when the traces have no shapes).")
 @click.option("--global-batch-size", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Samples per step over all ranks, the same in every run (strong scaling).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr.")
+@quiet_option()
 def command(run_dirs: tuple[Path, ...], fmt: str, html_path: Path | None, batch_size: float | None,
             global_batch_size: float | None, quiet: bool) -> None:
     """Compare runs of the same job at different world sizes (one trace folder per run).
@@ -35,10 +29,11 @@ def command(run_dirs: tuple[Path, ...], fmt: str, html_path: Path | None, batch_
     Prints throughput, weak- and strong-scaling efficiency against the smallest world size and,
     phase by phase, where the time lost against ideal scaling went. Exit code 2 on bad input.
     """
+    from traceanalyze.api import scaling
     from traceanalyze.output.scaling_report import render_scaling_html, render_scaling_text
-    from traceanalyze.pipeline import default_out_dir
-    from traceanalyze.scaling import analyze_runs
+    from traceanalyze.pipeline import cache_db_path
 
-    report = analyze_runs(list(run_dirs), lambda d: default_out_dir(d) / "trace.duckdb",
-                          batch_size, global_batch_size, progress=_progress(quiet))
+    # each run's database goes to the cache folder (reused while its traces are unchanged)
+    report = scaling(list(run_dirs), batch_size, global_batch_size, db_for=cache_db_path,
+                     progress=cli_progress(quiet))
     emit(report.to_dict(), lambda: render_scaling_text(report), lambda: render_scaling_html(report), fmt, html_path)

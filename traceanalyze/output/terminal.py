@@ -126,9 +126,14 @@ def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
     return lines
 
 
+def verdict_order(findings: list[dict]) -> list[dict]:
+    """The order the verdict lists findings in: by severity, then cost (largest first)."""
+    by_cost = order_findings(findings)
+    return sorted(by_cost, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))  # stable: cost within
+
+
 def _findings(summary: dict, st: _Style) -> list[str]:
-    by_cost = order_findings(summary["findings"])
-    ordered = sorted(by_cost, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))  # stable: cost within
+    ordered = verdict_order(summary["findings"])
     if not ordered:
         return ["No findings: no rule fired on this trace."]
     counts = [_plural(sum(1 for f in ordered if f["severity"] == sev), sev) for sev in ("error", "warning")]

@@ -1,0 +1,34 @@
+"""Options shared by several commands, declared once (same name, same help everywhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable)
+
+
+def ranks_option(help: str = "Ranks to load: all, a list (0,3) or a range (0-7).") -> Callable[[F], F]:
+    return click.option("--ranks", default="all", show_default=True, help=help)
+
+
+def out_option(help: str = "Output folder [default: reports/<trace dir name>/].") -> Callable[[F], F]:
+    return click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=None, help=help)
+
+
+def param_option(help: str = "Override a rule threshold, e.g. --param "
+                             "collective-straggler.min_late_ms=20 (repeatable).") -> Callable[[F], F]:
+    return click.option("--param", "params", multiple=True, metavar="RULE.NAME=VALUE", help=help)
+
+
+def quiet_option(help: str = "No progress messages on stderr.") -> Callable[[F], F]:
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+def force_option(help: str = "Parse the traces again even if the stored database is up to date."
+                 ) -> Callable[[F], F]:
+    return click.option("--force", is_flag=True, help=help)
