@@ -48,7 +48,8 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
 
 def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a trace database file, with this version's macros (and no DuckDB progress bar on stdout)."""
-    con = duckdb.connect(str(path), read_only=read_only, config={"enable_progress_bar": False, **(config or {})})
+    con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    con.execute("SET enable_progress_bar = false")
     create_macros(con, temporary=True)
     return con
 
