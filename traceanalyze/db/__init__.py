@@ -49,7 +49,10 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
 def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a trace database file, with this version's macros (and no DuckDB progress bar on stdout)."""
     con = duckdb.connect(str(path), read_only=read_only, config=config or {})
-    con.execute("SET enable_progress_bar = false")
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
+        pass
     create_macros(con, temporary=True)
     return con
 
