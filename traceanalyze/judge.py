@@ -31,6 +31,13 @@ class Judge:
     min_window_ms: float = 1.0
     needs_profiler_steps: bool = True
 
+    def describe(self) -> str:
+        """One line for docs: what the rule needs before it judges."""
+        needs = [f"at least {self.min_steps_count} aligned step{'' if self.min_steps_count == 1 else 's'}"
+                 if self.needs_profiler_steps else "any window (no ProfilerStep needed)",
+                 f"a window of at least {self.min_window_ms:g} ms"]
+        return "; ".join(needs)
+
     @classmethod
     def parse(cls, raw: Any, where: str, error) -> Judge:
         if raw is None:
@@ -54,6 +61,11 @@ class Window:
     loaded_ranks: int
     world_size: int
     iterations: dict | None     # without ProfilerStep: {"marker", "count", "mean_ms"} when recognisable
+
+    @property
+    def too_little(self) -> bool:
+        """Under two aligned ProfilerSteps, or under 1 ms: nothing here deserves a warning."""
+        return not self.profiler_steps or self.steps_count < 2 or self.window_ms < 1.0
 
     def abstain_reason(self, judge: Judge) -> str | None:
         """Why a rule with these needs cannot judge this window, or None."""

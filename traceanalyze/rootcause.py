@@ -7,7 +7,7 @@ Relations are data in rule.yaml, applied here to the findings of all rules:
   two share what `overlap` names (`ranks`, `steps`; default ranks). The general finding is
   folded into the specific one: one finding, the specific cause and advice, the general
   finding's evidence under `evidence.explains`, the higher severity, the cost counted once
-  (the larger of the two).
+  (the specific finding's, or the general one's where the specific has none).
 - `group_ranks:` evidence keys: findings of this rule on different ranks with the same values
   of those keys (and the same severity) become one finding naming all the ranks; ranks run
   concurrently, so the group costs what its worst rank costs.
@@ -57,6 +57,12 @@ class Explains:
             out.append(cls(str(item["rule"]), dict(when), overlap))
         return tuple(out)
 
+    def describe(self) -> str:
+        """One line for docs: `collective-straggler (cause input, same ranks)`."""
+        when = ", ".join(f"{k} {'/'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                         for k, v in self.when.items())
+        return f"{self.rule} ({when + ', ' if when else ''}same {' and '.join(self.overlap)})"
+
     def matches(self, specific: Finding, general: Finding) -> bool:
         if general.rule != self.rule:
             return False
@@ -73,8 +79,9 @@ def _max_severity(a: str, b: str) -> str:
     return a if severity_level(a) >= severity_level(b) else b
 
 
-def _larger_cost(a: Cost, b: Cost) -> Cost:
-    return max((a, b), key=lambda c: (c.ms_per_step is not None, c.ms_per_step or 0.0))
+def _cost_once(specific: Cost, general: Cost) -> Cost:
+    """The specific rule measured its cause's cost; the general one's only where it has none."""
+    return specific if specific.ms_per_step is not None else general
 
 
 def _fold(specific: Finding, general: Finding) -> Finding:
@@ -86,7 +93,7 @@ def _fold(specific: Finding, general: Finding) -> Finding:
     return replace(specific, severity=_max_severity(specific.severity, general.severity),
                    ranks=tuple(sorted(set(specific.ranks) | set(general.ranks))),
                    steps=tuple(sorted(set(specific.steps) | set(general.steps))),
-                   cost=_larger_cost(specific.cost, general.cost), evidence=evidence)
+                   cost=_cost_once(specific.cost, general.cost), evidence=evidence)
 
 
 def _explained_depth(relations: Mapping[str, tuple[Explains, ...]]) -> dict[str, int]:

@@ -345,15 +345,19 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
     """Run one rule on an open trace database; `severity` (from config) replaces the rule's.
 
     A rule abstains (no findings; `(rule id, reason)` appended to `abstained`) when the window
-    is below its `judge` needs; pass `window=False` to judge regardless.
+    is below its `judge` needs; on a window too small for any verdict (one step, no ProfilerStep,
+    under 1 ms) the rules that judge from one step report at info. `window=False` judges regardless.
     """
     params = resolve_params(rule, overrides)
     if window is not False:
-        reason = (window or window_facts(con)).abstain_reason(rule.judge)
+        window = window or window_facts(con)
+        reason = window.abstain_reason(rule.judge)
         if reason is not None:
             if abstained is not None:
                 abstained.append((rule.id, reason))
             return []
+        if window.too_little:  # a rule that judges from one step reports what it sees, as info
+            severity = "info"
     return [_finding(con, rule, params, row, severity) for row in _detect_rows(con, rule, params)]
 
 
@@ -391,8 +395,11 @@ def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None,
 
 def rules_markdown(rules: Iterable[Rule] | None = None) -> str:
     """The rules table of the README (generated; `scripts/update_docs.py`)."""
-    lines = ["| rule | severity | what it catches | parameters (default) |", "|---|---|---|---|"]
+    lines = ["| rule | severity | what it catches | parameters (default) | judges with | explains |",
+             "|---|---|---|---|---|---|"]
     for rule in rules if rules is not None else load_rules():
         params = "<br>".join(f"`{p.name}` = {p.default} {p.unit}" for p in rule.params.values())
-        lines.append(f"| `{rule.id}` | {rule.severity} | {rule.title} | {params} |")
+        explains = "<br>".join(e.describe() for e in rule.explains)
+        lines.append(f"| `{rule.id}` | {rule.severity} | {rule.title} | {params} | {rule.judge.describe()} "
+                     f"| {explains} |")
     return "\n".join(lines) + "\n"

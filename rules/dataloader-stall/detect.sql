@@ -8,7 +8,9 @@ WITH per_rank AS (
 loader AS (   -- what the trace shows of the DataLoader: worker processes or the training loop itself
     SELECT count(*) FILTER (WHERE name LIKE '%_MultiProcessingDataLoaderIter%') AS multi_n,
            count(*) FILTER (WHERE name LIKE '%_SingleProcessDataLoaderIter%') AS single_n
-    FROM cpu_ops WHERE name LIKE 'enumerate(DataLoader)#%'
+    FROM (SELECT name FROM cpu_ops WHERE name LIKE 'enumerate(DataLoader)#%'
+          UNION ALL
+          SELECT name FROM annotations WHERE NOT on_gpu AND name LIKE 'enumerate(DataLoader)#%')
 ),
 job AS (
     SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, median(data_pct) AS median_pct,

@@ -1,4 +1,4 @@
--- One row when only some ranks of the job are loaded and every loaded rank waits alike in collectives that move little: the late rank is one not loaded.
+-- One row when only some ranks of the job are loaded and every loaded rank waits in collectives that move little: the late rank is one not loaded.
 WITH world AS (
     SELECT max(world_size) AS world_size, count(*) AS loaded, list(rank ORDER BY rank) AS ranks FROM ranks
 ),
@@ -28,6 +28,8 @@ SELECT
     w.loaded AS loaded_ranks_count,
     w.world_size,
     w.world_size - w.loaded AS missing_ranks_count,
+    CASE WHEN round(j.min_comm_pct) = round(j.max_comm_pct) THEN round(j.min_comm_pct)::INT || '%'
+         ELSE round(j.min_comm_pct)::INT || '-' || round(j.max_comm_pct)::INT || '%' END AS wait_pct_text,
     j.min_comm_pct AS wait_pct_least_rank,
     j.max_comm_pct AS wait_pct_most_rank,
     m.bytes / j.n_steps / w.loaded / 1048576.0 AS mib_per_rank_per_step,
@@ -38,6 +40,5 @@ SELECT
 FROM world AS w CROSS JOIN job AS j CROSS JOIN moved AS m
 WHERE w.world_size > w.loaded
   AND j.min_comm_pct >= $min_wait_pct
-  AND j.max_comm_pct - j.min_comm_pct <= $max_spread_pct
   AND (m.sized_ns IS NULL OR m.sized_ns = 0 OR m.bytes IS NULL
        OR m.bytes / (m.sized_ns / 1e9) / 1e9 <= $max_bandwidth_share_pct / 100.0 * $transport_gb_per_s_ratio);
