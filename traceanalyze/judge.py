@@ -20,7 +20,7 @@ from typing import Any
 # Markers that run once per training iteration, in the order they are tried.
 ITERATION_MARKERS = (("Optimizer.step", "Optimizer.step#%"),
                      ("DataLoader __next__", "enumerate(DataLoader)#%"),
-                     ("backward", "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"))
+                     ("DDP forward", "DistributedDataParallel.forward"))
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,14 @@ def _iterations(con) -> dict | None:
     """Without ProfilerStep: the first marker that repeats on every rank, its count and spacing."""
     for label, pattern in ITERATION_MARKERS:
         rows = con.execute("""
-            WITH marks AS (
+            WITH host AS (
+                SELECT rank, tid, name, ts_ns FROM cpu_ops
+                UNION ALL
+                SELECT rank, tid, name, ts_ns FROM annotations WHERE NOT on_gpu
+            ),
+            marks AS (
                 SELECT c.rank, c.ts_ns, lag(c.ts_ns) OVER (PARTITION BY c.rank ORDER BY c.ts_ns) AS prev_ns
-                FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
+                FROM host AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
                 WHERE c.name LIKE $pattern)
             SELECT rank, count(*), avg(ts_ns - prev_ns) FROM marks GROUP BY rank""",
                            {"pattern": pattern}).fetchall()
