@@ -139,7 +139,8 @@ def judgement(window: Window, abstained: list[tuple[str, str]]) -> dict:
         status, statement = "ok", ""
     if window.world_size > window.loaded_ranks:
         statement = (statement + " " if statement else "") + (
-            f"Only {window.loaded_ranks} of {window.world_size} ranks are loaded: a rank that is not "
+            f"Only {window.loaded_ranks} of {window.world_size} ranks "
+            f"{'is' if window.loaded_ranks == 1 else 'are'} loaded: a rank that is not "
             "loaded can hold the loaded ones back without being named.")
     return {"status": status, "statement": statement, "steps_count": window.steps_count,
             "window_ms": round(window.window_ms, 3), "profiler_steps": window.profiler_steps,

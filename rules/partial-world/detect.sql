@@ -26,6 +26,8 @@ SELECT
     100.0 * j.comm_ns / j.step_ns AS pct_of_step,
     CASE WHEN j.n_steps < 2 THEN 'info' ELSE 'warning' END AS severity,
     w.loaded AS loaded_ranks_count,
+    CASE WHEN w.loaded = 1 THEN '1 of ' || w.world_size || ' ranks is loaded and it waits'
+         ELSE w.loaded || ' of ' || w.world_size || ' ranks are loaded and each waits' END AS loaded_text,
     w.world_size,
     w.world_size - w.loaded AS missing_ranks_count,
     CASE WHEN round(j.min_comm_pct) = round(j.max_comm_pct) THEN round(j.min_comm_pct)::INT || '%'
