@@ -3,7 +3,8 @@ loader, checked against the findings the case expects (sqlfluff-style yaml test 
 
 Each `expect` entry is matched against one finding's summary.json dict: every key it names must
 match (numbers approximately, lists element by element); the number of findings must equal the
-number of entries, so `expect: []` means the rule reports nothing.
+number of entries, so `expect: []` means the rule reports nothing. `abstain: TEXT` expects the
+rule to abstain (the window is below its `judge` needs) with a reason containing TEXT.
 """
 
 from __future__ import annotations
@@ -38,19 +39,24 @@ def matches(expected, actual) -> bool:
     return expected == actual
 
 
-def _run_case(rule_id: str, case: dict, tmp_path: Path) -> tuple[list, duckdb.DuckDBPyConnection]:
+def _run_case(rule_id: str, case: dict, tmp_path: Path, abstained: list) -> tuple[list, duckdb.DuckDBPyConnection]:
     trace_dir = write_trace_dir(case["trace"], tmp_path / "trace")
     db = tmp_path / "trace.duckdb"
     load_trace_dir(trace_dir, db)
     rule = {r.id: r for r in load_rules()}[rule_id]
     con = duckdb.connect(str(db), read_only=True)
-    return run_rule(con, rule, case.get("params")), con
+    return run_rule(con, rule, case.get("params"), abstained=abstained), con
 
 
 @pytest.mark.parametrize("rule_id, case", list(_cases()))
 def test_rule_case(rule_id, case, tmp_path):
-    findings, con = _run_case(rule_id, case, tmp_path)
+    abstained: list[tuple[str, str]] = []
+    findings, con = _run_case(rule_id, case, tmp_path, abstained)
     try:
+        if "abstain" in case:
+            assert [r for r, _ in abstained] == [rule_id] and case["abstain"] in abstained[0][1], abstained
+        else:
+            assert not abstained, f"the rule abstained: {abstained}"
         got = [f.to_dict() for f in findings]
         expected = case["expect"]
         assert len(got) == len(expected), f"expected {len(expected)} finding(s), got {got}"

@@ -59,10 +59,12 @@ def _assert_exactly(findings, ranks: list[int], injected: list[dict]) -> None:
     assert sorted(f.rule for f in loud) == sorted(i["rule"] for i in injected), shown
     for want in injected:
         (finding,) = [f for f in loud if f.rule == want["rule"]]
-        expected_ranks = [want["rank"]] if want.get("rank") is not None else sorted(ranks)
+        expected_ranks = [want["rank"]] if want.get("rank") is not None else sorted(ranks)  # all loaded ranks
         assert sorted(finding.ranks) == expected_ranks, shown
         if "cause" in want:
             assert finding.evidence.get("cause") == want["cause"], shown
+        if "explains" in want:  # one finding per root cause: the general finding is folded in
+            assert [e["rule"] for e in finding.evidence.get("explains", [])] == want["explains"], shown
 
 
 def test_the_recorded_scenarios_are_there():

@@ -8,6 +8,9 @@ A spec describes what the training loop does in each step, in ms from the step s
     rank_step_ms: {1: [100, 250]}    # replaces step_ms for these ranks
     gpu: false               # true adds deviceProperties (GPU kernels need no flag)
     clock_offset_ms: {3: 7000}   # rank 3's clock runs 7 s ahead
+    world_size: 8            # distributedInfo world_size, when larger than the ranks written
+    loaded_ranks: [0, 1]     # write only these ranks' files (a partial world)
+    profiler_steps: false    # no ProfilerStep#N events (recorded without a schedule)
     timeline:                # every rank, every step: [kind, start_ms, dur_ms, {options}]
       - [data, 0, 5]
       - [forward, 5, 25]
@@ -17,7 +20,7 @@ A spec describes what the training loop does in each step, in ms from the step s
     rank_timelines:          # replaces `timeline` for these ranks
       2: [...]
 
-Kinds: data (DataLoader __next__), forward (DDP forward + an aten op), backward (an autograd
+Kinds: data (DataLoader __next__; options: workers, true for _MultiProcessingDataLoaderIter), forward (DDP forward + an aten op), backward (an autograd
 node; options: nodes [1], that many back-to-back nodes instead), optimizer (Optimizer.step),
 op (a CPU op, options: name), all_reduce / barrier / all_gather / broadcast / reduce_scatter
 (a gloo:* annotation on a pt_gloo_runloop thread plus a 50 us c10d call on the training thread
@@ -72,7 +75,8 @@ class _Rank:
 
 def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> None:
     if kind == "data":
-        r.x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", t, d, MAIN_TID)
+        it = "_MultiProcessingDataLoaderIter" if opts.get("workers") else "_SingleProcessDataLoaderIter"
+        r.x(f"enumerate(DataLoader)#{it}.__next__", "user_annotation", t, d, MAIN_TID)
     elif kind == "forward":
         r.x("DistributedDataParallel.forward", "user_annotation", t, d, MAIN_TID)
         r.x("aten::linear", "cpu_op", t + d * 0.05, d * 0.9, MAIN_TID)
@@ -145,7 +149,8 @@ def rank_trace(spec: dict, rank: int) -> dict:
     for si in range(steps):
         step_ms = (spec.get("rank_step_ms") or {}).get(rank, spec.get("step_ms", 100))
         step_us = _at(step_ms, si) * 1000
-        r.x(f"ProfilerStep#{first + si}", "user_annotation", t, step_us, MAIN_TID)
+        if spec.get("profiler_steps", True):
+            r.x(f"ProfilerStep#{first + si}", "user_annotation", t, step_us, MAIN_TID)
         _step_events(r, timeline, t, si)
         t += step_us
     r.events += [
@@ -156,7 +161,7 @@ def rank_trace(spec: dict, rank: int) -> dict:
     ]
     trace: dict[str, Any] = {"schemaVersion": 1,
                              "distributedInfo": {"backend": "nccl" if spec.get("gpu") else "gloo",
-                                                 "rank": rank, "world_size": ranks}}
+                                                 "rank": rank, "world_size": int(spec.get("world_size", ranks))}}
     if spec.get("gpu"):  # Kineto writes deviceProperties before traceEvents
         trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA Test GPU"}]
     trace["traceEvents"] = r.events
@@ -166,6 +171,6 @@ def rank_trace(spec: dict, rank: int) -> dict:
 def write_trace_dir(spec: dict, folder: Path) -> Path:
     """Write rank<R>.json for every rank of the spec into `folder`; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    for rank in range(int(spec.get("ranks", 1))):
+    for rank in spec.get("loaded_ranks") or range(int(spec.get("ranks", 1))):
         (folder / f"rank{rank}.json").write_text(json.dumps(rank_trace(spec, rank)), encoding="utf-8")
     return folder

@@ -31,7 +31,9 @@ import duckdb
 import yaml
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.findings import SEVERITIES, Cost, Finding, sort_findings
+from traceanalyze.findings import SEVERITIES, Cost, Finding
+from traceanalyze.judge import Judge, Window, window_facts
+from traceanalyze.rootcause import Explains, one_per_root_cause
 
 REQUIRED_COLUMNS = ("ranks", "steps", "ms_per_step", "pct_of_step")
 DOC_SECTIONS = ("what", "why", "example", "fix", "tuning")  # tuning: why the thresholds
@@ -100,6 +102,9 @@ class Rule:
     evidence_sql: str | None = None
     detect_py: Path | None = None
     references: tuple[str, ...] = field(default_factory=tuple)
+    judge: Judge = field(default_factory=Judge)          # below this the rule abstains
+    explains: tuple[Explains, ...] = ()                  # general findings this rule's findings explain
+    group_ranks: tuple[str, ...] | None = None           # evidence keys: per-rank findings alike -> one
 
     @property
     def summary(self) -> str:
@@ -168,6 +173,9 @@ def load_rule(folder: Path) -> Rule:
         advice=advice, docs={k: str(v).strip() for k, v in docs.items()}, folder=folder,
         detect_sql=detect_sql, evidence_sql=_optional_text(folder / "evidence.sql"),
         detect_py=detect_py, references=tuple(data.get("references") or ()),
+        judge=Judge.parse(data.get("judge"), where, RuleDefinitionError),
+        explains=Explains.parse_list(data.get("explains"), where, RuleDefinitionError),
+        group_ranks=None if data.get("group_ranks") is None else tuple(data["group_ranks"]),
     )
 
 
@@ -332,9 +340,24 @@ def resolve_params(rule: Rule, overrides: Mapping[str, Any] | None = None) -> di
 
 
 def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
-             severity: str | None = None) -> list[Finding]:
-    """Run one rule on an open trace database; `severity` (from config) replaces the rule's."""
+             severity: str | None = None, window: Window | None = None,
+             abstained: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """Run one rule on an open trace database; `severity` (from config) replaces the rule's.
+
+    A rule abstains (no findings; `(rule id, reason)` appended to `abstained`) when the window
+    is below its `judge` needs; on a window too small for any verdict (one step, no ProfilerStep,
+    under 1 ms) the rules that judge from one step report at info. `window=False` judges regardless.
+    """
     params = resolve_params(rule, overrides)
+    if window is not False:
+        window = window or window_facts(con)
+        reason = window.abstain_reason(rule.judge)
+        if reason is not None:
+            if abstained is not None:
+                abstained.append((rule.id, reason))
+            return []
+        if window.too_little:  # a rule that judges from one step reports what it sees, as info
+            severity = "info"
     return [_finding(con, rule, params, row, severity) for row in _detect_rows(con, rule, params)]
 
 
@@ -342,12 +365,16 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
 STRICT_RULES_ENV = "TRACEANALYZE_STRICT_RULES"
 
 
-def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None) -> list[Finding]:
-    """Every selected rule (config: select / ignore / params / severity / rules_dirs), worst first.
+def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None,
+              abstained: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """Every selected rule (config: select / ignore / params / severity / rules_dirs), one
+    finding per root cause (rule.yaml `explains` / `group_ranks`), worst first.
 
     A rule that fails on this trace (an odd trace its SQL did not foresee) does not stop the
-    others: `(rule id, one-line error)` is appended to `failures` when given.
+    others: `(rule id, one-line error)` is appended to `failures` when given; a rule that
+    cannot judge this window appends `(rule id, reason)` to `abstained`.
     """
+    window = window_facts(con)
     rules = load_rules(getattr(config, "rules_dirs", ()) or ())
     select = set(getattr(config, "select", None) or ())
     ignore = set(getattr(config, "ignore", None) or ())
@@ -358,18 +385,21 @@ def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None) -
         if (select and rule.id not in select) or rule.id in ignore:
             continue
         try:
-            findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id))
+            findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id), window, abstained)
         except (duckdb.Error, ArithmeticError, LookupError, TypeError, ValueError) as exc:
             if failures is None or os.environ.get(STRICT_RULES_ENV):
                 raise
             failures.append((rule.id, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
-    return sort_findings(findings)
+    return one_per_root_cause(findings, rules)
 
 
 def rules_markdown(rules: Iterable[Rule] | None = None) -> str:
     """The rules table of the README (generated; `scripts/update_docs.py`)."""
-    lines = ["| rule | severity | what it catches | parameters (default) |", "|---|---|---|---|"]
+    lines = ["| rule | severity | what it catches | parameters (default) | judges with | explains |",
+             "|---|---|---|---|---|---|"]
     for rule in rules if rules is not None else load_rules():
         params = "<br>".join(f"`{p.name}` = {p.default} {p.unit}" for p in rule.params.values())
-        lines.append(f"| `{rule.id}` | {rule.severity} | {rule.title} | {params} |")
+        explains = "<br>".join(e.describe() for e in rule.explains)
+        lines.append(f"| `{rule.id}` | {rule.severity} | {rule.title} | {params} | {rule.judge.describe()} "
+                     f"| {explains} |")
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from traceanalyze.metrics import (
     step_comparison,
     timeline,
 )
+from traceanalyze.judge import judgement, window_facts
 from traceanalyze.ruleset import run_rules
 
 SCHEMA = "traceanalyze.summary/1"
@@ -58,7 +59,8 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
         raise TraceanalyzeError("the trace database was built by an older traceanalyze (no "
                                 f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
     failures: list[tuple[str, str]] = []
-    findings = run_rules(con, config, failures)
+    abstained: list[tuple[str, str]] = []
+    findings = run_rules(con, config, failures, abstained)
     rule_issues = [{"rank": None, "file": None, "kind": "rule-failed", "severity": "warning",
                     "message": f"rule {rule_id} could not run on this trace and was skipped ({error})",
                     "count": None} for rule_id, error in failures]
@@ -73,4 +75,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
         "memory": memory_by_step(con),
         "findings": [f.to_dict() for f in findings],
         "load_issues": _load_issues(con) + rule_issues,
+        "judgement": judgement(window_facts(con), abstained),
     }

@@ -5,6 +5,13 @@ WITH per_rank AS (
     FROM step_phases JOIN aligned_steps USING (step)
     GROUP BY rank
 ),
+loader AS (   -- what the trace shows of the DataLoader: worker processes or the training loop itself
+    SELECT count(*) FILTER (WHERE name LIKE '%_MultiProcessingDataLoaderIter%') AS multi_n,
+           count(*) FILTER (WHERE name LIKE '%_SingleProcessDataLoaderIter%') AS single_n
+    FROM (SELECT name FROM cpu_ops WHERE name LIKE 'enumerate(DataLoader)#%'
+          UNION ALL
+          SELECT name FROM annotations WHERE NOT on_gpu AND name LIKE 'enumerate(DataLoader)#%')
+),
 job AS (
     SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, median(data_pct) AS median_pct,
            max(data_pct) AS worst_pct, arg_max(rank, data_pct) AS worst_rank,
@@ -21,6 +28,9 @@ SELECT
     median_pct AS data_wait_pct,
     worst_rank,
     worst_pct AS worst_rank_data_wait_pct,
-    step_ns / 1e6 AS median_step_ms
+    step_ns / 1e6 AS median_step_ms,
+    CASE WHEN (SELECT multi_n FROM loader) > 0 THEN 'workers'
+         WHEN (SELECT single_n FROM loader) > 0 THEN 'no_workers'
+         ELSE 'unknown' END AS cause   -- workers: _MultiProcessingDataLoaderIter (num_workers > 0)
 FROM job
 WHERE median_pct >= $min_data_wait_pct;

@@ -8,6 +8,20 @@ stats AS (
            stddev_samp(dur_ns) AS std_ns
     FROM kept
 ),
+phases AS (      -- every rank's phases on the kept steps; own = the step minus its wait in collectives
+    SELECT rank, step, phase, ns, dur_ns - comm_exposed_ns AS own_ns
+    FROM (UNPIVOT (SELECT p.* FROM step_phases AS p JOIN kept USING (step))
+          ON data_wait_ns, h2d_ns, forward_ns, backward_ns, optimizer_ns, other_ns
+          INTO NAME phase VALUE ns)
+),
+culprit AS (     -- who made the slowest step slow: the rank with the longest own time (not a rank that waited)
+    SELECT arg_max(rank, own_ns) AS rank FROM phases WHERE step = (SELECT worst_step FROM stats)
+),
+grown AS (       -- that rank's phase that grew most on the slowest step against its own median step
+    SELECT arg_max(replace(phase, '_ns', ''), extra_ns) AS phase, max(extra_ns) AS extra_ns
+    FROM (SELECT p.phase, max(p.ns) FILTER (WHERE p.step = (SELECT worst_step FROM stats)) - median(p.ns) AS extra_ns
+          FROM phases AS p WHERE p.rank = (SELECT rank FROM culprit) GROUP BY p.phase)
+),
 slow AS (
     SELECT list(k.step ORDER BY k.step) AS steps, sum(k.dur_ns - s.median_ns) AS extra_ns, count(*) AS n_slow
     FROM kept AS k CROSS JOIN stats AS s
@@ -24,6 +38,9 @@ SELECT
     st.worst_step,
     100.0 * st.std_ns / st.median_ns AS cv_pct,
     sl.n_slow AS slow_steps_count,
-    st.n_steps AS steps_count
+    st.n_steps AS steps_count,
+    (SELECT rank FROM culprit) AS slowest_rank,
+    (SELECT phase FROM grown) AS slowest_phase,
+    (SELECT extra_ns FROM grown) / 1e6 AS slowest_phase_extra_ms
 FROM stats AS st CROSS JOIN slow AS sl
 WHERE st.n_steps >= $min_steps_count AND sl.n_slow > 0;

@@ -22,6 +22,12 @@ def explain_text(rule: Rule) -> str:
     for key, heading in SECTIONS:
         if rule.docs.get(key):
             lines += [f"## {heading}", _para(rule.docs[key]), ""]
+    lines += ["## When it judges", _para(f"Needs {rule.judge.describe()}; below that it abstains "
+                                         "(no finding; the summary's judgement says why)."), ""]
+    if rule.explains:
+        lines += ["## Root cause", _para("A finding of this rule explains, and absorbs (one finding, the "
+                                         "cost counted once), a finding of: "
+                                         + "; ".join(e.describe() for e in rule.explains) + "."), ""]
     if rule.params:
         lines.append("## Parameters")
         for p in rule.params.values():

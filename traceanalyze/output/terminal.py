@@ -94,18 +94,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _first_advice(advice: str, max_lines: int = 5, width: int = WIDTH - 14) -> str:
-    """The advice's first paragraph, cut (with ' ...') when longer than max_lines wrapped lines."""
-    para = ""
-    for line in (advice or "").splitlines():
-        text = line.strip().lstrip("-* ").strip()
-        if text:
-            para = text
-            break
-    if len(textwrap.wrap(para, width)) <= max_lines:
-        return para
-    wrapped = textwrap.wrap(para, width - 4)  # leave room for " ..."
-    return " ".join(wrapped[:max_lines]).rstrip(" ,;:") + " ..."
+def _advice_text(advice: str) -> str:
+    """The advice in full, as one paragraph per blank-line-separated block (wrapped by the caller)."""
+    paras = [" ".join(line.strip().lstrip("-* ").strip() for line in block.splitlines())
+             for block in (advice or "").split("\n\n")]
+    return "\n".join(p for p in paras if p)
 
 
 def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
@@ -120,9 +113,13 @@ def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
     indent = " " * 9
     lines = [" " + st(sev, **SEVERITY_STYLE.get(f["severity"], {})) + " " + " | ".join(parts)]
     lines += textwrap.wrap(f["title"], WIDTH, initial_indent=indent, subsequent_indent=indent)
-    advice = _first_advice(f.get("advice") or "")
-    if advice:
-        lines += textwrap.wrap(advice, WIDTH, initial_indent=indent + "try: ", subsequent_indent=indent + "     ")
+    folded = [e["rule"] for e in (f.get("evidence") or {}).get("explains", [])]
+    if folded:
+        lines += textwrap.wrap("explains: " + ", ".join(folded) + " (one root cause, cost counted once)",
+                               WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+    for i, para in enumerate(_advice_text(f.get("advice") or "").splitlines()):
+        lines += textwrap.wrap(para, WIDTH, initial_indent=indent + ("try: " if i == 0 else "     "),
+                               subsequent_indent=indent + "     ")
     return lines
 
 
@@ -160,6 +157,13 @@ def _load_issues(summary: dict, st: _Style) -> list[str]:
     return lines
 
 
+def _judgement(summary: dict, st: _Style) -> list[str]:
+    statement = (summary.get("judgement") or {}).get("statement")
+    if not statement:
+        return []
+    return textwrap.wrap(statement, WIDTH, initial_indent="Judgement: ", subsequent_indent="  ")
+
+
 def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bool = False) -> str:
     """The terminal verdict; `outputs` are (label, path) lines printed at the end.
 
@@ -170,6 +174,6 @@ def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bo
     st = _Style(color)
     hot = hot_ranks(summary)
     blocks = [_header(summary, st) + _step_line(summary, st), _phase_table(summary, hot, st),
-              _findings(summary, st), _load_issues(summary, st),
+              _judgement(summary, st), _findings(summary, st), _load_issues(summary, st),
               [f"{label:<8} {path}" for label, path in outputs]]
     return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"

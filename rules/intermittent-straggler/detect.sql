@@ -1,0 +1,103 @@
+-- One row per rank that holds the other ranks back on some steps: the steps, the cause of each, the period if it repeats.
+--
+-- A rank holds the job back on a step when it is the rank that made the step long, seen two ways:
+-- its own step time (the step minus the time it waited in collectives, step_phases) exceeds the
+-- other ranks' median (this catches work at the END of a step, which makes the others wait at
+-- the next step's first collective), or it reaches a collective late, step-relative
+-- (step_lateness). The cause of each step is the phase group where its extra own time lies.
+WITH job AS (
+    SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
+),
+own AS (
+    SELECT p.rank, p.step, p.dur_ns - p.comm_exposed_ns AS own_ns,
+           p.data_wait_ns + p.h2d_ns AS input_ns,
+           p.forward_ns + p.backward_ns + p.optimizer_ns AS compute_ns,
+           p.other_ns AS host_ns
+    FROM step_phases AS p JOIN aligned_steps USING (step)
+),
+others AS (   -- the other ranks' median, per rank and step
+    SELECT a.rank, a.step, median(b.own_ns) AS own_ns, median(b.input_ns) AS input_ns,
+           median(b.compute_ns) AS compute_ns, median(b.host_ns) AS host_ns
+    FROM own AS a JOIN own AS b ON b.step = a.step AND b.rank <> a.rank
+    GROUP BY a.rank, a.step
+),
+per_step AS (
+    SELECT o.rank, o.step,
+           o.own_ns - x.own_ns AS own_excess_ns,
+           greatest(coalesce(l.late_ns, 0), 0) AS arrival_late_ns,
+           greatest(o.own_ns - x.own_ns, coalesce(l.late_ns, 0)) AS held_ns,
+           o.input_ns - x.input_ns AS input_excess_ns,
+           o.compute_ns - x.compute_ns AS compute_excess_ns,
+           o.host_ns - x.host_ns AS host_excess_ns
+    FROM own AS o JOIN others AS x USING (rank, step)
+    LEFT JOIN step_lateness AS l USING (rank, step)
+),
+flagged AS (  -- the rank that held the step back most, when by enough
+    SELECT p.*,
+           CASE
+               WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
+                    AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
+               WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
+                    AND compute_excess_ns >= host_excess_ns THEN 'compute'
+               WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
+               ELSE 'unknown'
+           END AS step_cause,
+           CASE WHEN arrival_late_ns >= own_excess_ns THEN 'late at a collective'
+                ELSE 'own step time' END AS seen_by
+    FROM (SELECT *, row_number() OVER (PARTITION BY step ORDER BY held_ns DESC, rank) AS place FROM per_step) AS p
+    CROSS JOIN job AS j
+    WHERE p.place = 1 AND p.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
+),
+dominant AS (  -- each rank's most frequent cause over its flagged steps (a named cause before unknown)
+    SELECT rank, arg_max(step_cause, n * 2 + (step_cause <> 'unknown')::INT) AS cause
+    FROM (SELECT rank, step_cause, count(*) AS n FROM flagged GROUP BY rank, step_cause)
+    GROUP BY rank
+),
+spaced AS (   -- the gaps between the steps of the dominant cause: the period when they are equal
+    SELECT f.rank, f.step, f.step - lag(f.step) OVER (PARTITION BY f.rank ORDER BY f.step) AS gap_steps
+    FROM flagged AS f JOIN dominant AS d ON d.rank = f.rank AND d.cause = f.step_cause
+),
+period AS (
+    SELECT rank, count(*) AS n, min(gap_steps) AS min_gap, max(gap_steps) AS max_gap,
+           string_agg(step::VARCHAR, ', ' ORDER BY step) AS cause_steps_text, list(step ORDER BY step) AS cause_steps
+    FROM spaced GROUP BY rank
+),
+per_rank AS (
+    SELECT f.rank, count(*) AS held_steps, list(f.step ORDER BY f.step) AS steps,
+           string_agg(f.step::VARCHAR, ', ' ORDER BY f.step) AS steps_text,
+           sum(f.held_ns) AS held_sum_ns, avg(f.held_ns) AS held_avg_ns, any_value(d.cause) AS cause,
+           list({'step': f.step, 'held_ms': round(f.held_ns / 1e6, 3), 'cause': f.step_cause, 'seen_by': f.seen_by}
+                ORDER BY f.step) AS per_step,
+           any_value(pe.n) AS cause_steps_count, any_value(pe.cause_steps) AS cause_steps,
+           any_value(pe.cause_steps_text) AS cause_steps_text,
+           any_value(CASE WHEN pe.n >= 3 AND pe.min_gap = pe.max_gap THEN pe.min_gap END) AS period_steps,
+           string_agg(CASE WHEN f.step_cause <> d.cause THEN f.step || ' (' || f.step_cause || ')' END, ', '
+                      ORDER BY f.step) AS other_steps_text,
+           mode(f.seen_by) AS seen_by
+    FROM flagged AS f JOIN dominant AS d USING (rank) JOIN period AS pe USING (rank)
+    GROUP BY f.rank
+)
+SELECT
+    [p.rank] AS ranks,
+    p.steps,
+    p.held_sum_ns / j.n_steps / 1e6 AS ms_per_step,
+    100.0 * p.held_sum_ns / j.n_steps / j.step_ns AS pct_of_step,
+    CASE WHEN 100.0 * p.held_sum_ns / j.n_steps / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    p.rank,
+    p.cause,
+    p.held_steps AS held_steps_count,
+    j.n_steps AS aligned_steps_count,
+    p.steps_text,
+    p.cause_steps,
+    p.cause_steps_count,
+    p.cause_steps_text,
+    p.period_steps,
+    CASE WHEN p.period_steps IS NOT NULL THEN ', every ' || p.period_steps || ' steps' ELSE '' END AS period_text,
+    CASE WHEN p.other_steps_text IS NOT NULL THEN '; also step ' || p.other_steps_text ELSE '' END AS other_steps_note,
+    p.held_avg_ns / 1e6 AS held_ms_per_affected_step,
+    p.seen_by,
+    p.per_step,
+    j.step_ns / 1e6 AS median_step_ms
+FROM per_rank AS p CROSS JOIN job AS j
+WHERE p.held_steps >= $min_held_steps_count
+ORDER BY ms_per_step DESC;
