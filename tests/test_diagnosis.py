@@ -9,6 +9,7 @@ projects), read here independently of traceanalyze.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_intermittent_input_names_rank_steps_period_and_cause(analysed):
     slow = sorted(_step_of(to_ns(e["ts"], base), windows) for e in events
                   if complete(e) and str(e["name"]).startswith("enumerate(DataLoader)")
                   and to_ns(e["dur"]) > 0.5 * sleep_s * 1e9 and _step_of(to_ns(e["ts"], base), windows) is not None)
-    assert len(slow) >= 3 and all(b - a == period for a, b in zip(slow, slow[1:]))
+    assert len(slow) >= 3 and all(b - a == period for a, b in itertools.pairwise(slow))
 
     (finding,) = _loud(analysed(FIXTURES / "intermittent_input"))
     assert finding["rule"] == "intermittent-straggler" and finding["ranks"] == [2]
@@ -92,7 +93,7 @@ def test_periodic_host_work_at_the_end_of_a_step_is_caught_by_own_step_time(anal
     durs = {r: {n: b - a for n, (a, b) in steps(ev, base).items()} for r, (base, ev) in ranks.items()}
     long_steps = sorted(n for n in durs[1] if n in durs[0] and durs[1][n] - statistics.median(
         durs[r][n] for r in (0, 2, 3)) > 0.5 * sleep_s * 1e9)
-    assert len(long_steps) >= 3 and all(b - a == period for a, b in zip(long_steps, long_steps[1:]))
+    assert len(long_steps) >= 3 and all(b - a == period for a, b in itertools.pairwise(long_steps))
 
     (finding,) = _loud(analysed(FIXTURES / "periodic_host_end"))
     assert finding["rule"] == "intermittent-straggler" and finding["ranks"] == [1]

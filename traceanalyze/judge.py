@@ -67,6 +67,11 @@ class Window:
         """Under two aligned ProfilerSteps, or under 1 ms: nothing here deserves a warning."""
         return not self.profiler_steps or self.steps_count < 2 or self.window_ms < 1.0
 
+    def screen(self, judge: Judge, severity: str | None) -> tuple[str | None, str | None]:
+        """(why the rule abstains or None, the severity its findings get): a rule that judges
+        from one step reports what it sees at info on a window too small for any verdict."""
+        return self.abstain_reason(judge), "info" if self.too_little else severity
+
     def abstain_reason(self, judge: Judge) -> str | None:
         """Why a rule with these needs cannot judge this window, or None."""
         if judge.needs_profiler_steps and not self.profiler_steps:

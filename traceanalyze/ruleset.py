@@ -343,21 +343,15 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
              severity: str | None = None, window: Window | None = None,
              abstained: list[tuple[str, str]] | None = None) -> list[Finding]:
     """Run one rule on an open trace database; `severity` (from config) replaces the rule's.
-
-    A rule abstains (no findings; `(rule id, reason)` appended to `abstained`) when the window
-    is below its `judge` needs; on a window too small for any verdict (one step, no ProfilerStep,
-    under 1 ms) the rules that judge from one step report at info. `window=False` judges regardless.
-    """
+    Below its `judge` needs the rule abstains (`(rule id, reason)` appended to `abstained`, see
+    `Window.screen`); `window=False` judges regardless of the window."""
     params = resolve_params(rule, overrides)
     if window is not False:
-        window = window or window_facts(con)
-        reason = window.abstain_reason(rule.judge)
+        reason, severity = (window or window_facts(con)).screen(rule.judge, severity)
         if reason is not None:
             if abstained is not None:
                 abstained.append((rule.id, reason))
             return []
-        if window.too_little:  # a rule that judges from one step reports what it sees, as info
-            severity = "info"
     return [_finding(con, rule, params, row, severity) for row in _detect_rows(con, rule, params)]
 
 
