@@ -33,6 +33,8 @@ class TraceFile:
     backend: str | None
     size_bytes: int
     mtime_ns: int
+    url: str | None = None  # the fsspec URL of an object-storage trace (path is then its key)
+    etag: str | None = None  # the object's ETag (object storage), else None
 
 
 @dataclass
