@@ -26,9 +26,9 @@ from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
 from traceanalyze.load.executors import MapOutcome, run_maps
+from traceanalyze.load import reduce
 from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir
 from traceanalyze.load.reduce import (
-    MATERIALIZE_MAX_BYTES,
     attach_shards,
     cross_rank,
     record_notes,
@@ -189,7 +189,7 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                       "left out (ingest the rank again)", None) for rank in stale]
     if not shards:
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
-    materialize = shard_bytes(shards) <= MATERIALIZE_MAX_BYTES
+    materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
     tmp_db = db_path.with_name(f"{db_path.name}.{os.getpid()}.tmp")
     try:
@@ -223,6 +223,54 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
     return LoadResult(db_path, [s.rank for s in shards], False, events, 0)
 
 
+def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
+                progress: Progress | None = None) -> LoadResult:
+    """The reduce alone, over a shard set written by `traceanalyze ingest` (one map per rank,
+    e.g. a batch-scheduler array). A shard of another version whose trace is still
+    reachable is mapped again here; one that is not is left out and reported."""
+    say = progress or (lambda _msg: None)
+    store = ShardStore(shards_root)
+    present = [r for r in store.ranks() if ranks is None or r in ranks]
+    if not present:
+        raise TraceanalyzeError("no rank shards (rank=N/ folders) here", shards_root)
+    manifests = {r: store.read_manifest(r) for r in present}
+    redo = [tf for tf in (_source_file(m) for r, m in manifests.items() if not is_current(m)) if tf]
+    if redo:
+        say(f"mapping {len(redo)} rank(s) again (their shards are from another version)")
+    failed = [o for o in run_maps(redo, shards_root, progress=say) if o.manifest is None]
+    notes = [_failure_issue(o) for o in failed]
+    worlds = {m.get("world_size") for m in manifests.values() if m and m.get("world_size")}
+    if len(worlds) == 1 and ranks is None:
+        world = worlds.pop()
+        absent = [r for r in range(world) if r not in manifests]
+        if absent:
+            notes.append((None, shards_root, "rank-missing", "info",
+                          f"world size is {world} but {len(absent)} rank shards are absent "
+                          f"({', '.join(map(str, absent[:16]))}{' ...' if len(absent) > 16 else ''}); "
+                          f"analyzing the {len(present)} ranks present", None))
+    good = [r for r in present if r not in {o.rank for o in failed}]
+    return reduce_to_db(store, good, db_path, notes, say, meta={
+        "target": shards_root, "fingerprint": "",
+        "rank_selection": "all" if ranks is None else ",".join(map(str, sorted(ranks)))})
+
+
+def _source_file(manifest: dict | None) -> TraceFile | None:
+    """The trace a manifest was written from, if it is still there unchanged."""
+    if not manifest or not isinstance(manifest.get("source"), dict):
+        return None
+    from traceanalyze.load.discover import identify
+
+    file = manifest["source"].get("file")
+    try:
+        if is_remote(str(file)):
+            from traceanalyze.load.remote import identify_remote
+
+            return identify_remote(str(file), only_file=True)
+        return identify(Path(local_path(str(file))), only_file=True)
+    except (TraceanalyzeError, OSError):
+        return None
+
+
 def _short_os_error(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
@@ -234,4 +282,4 @@ def _write_meta(con, meta: dict[str, str]) -> None:
     con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))
 
 
-__all__ = ["LoadResult", "load_trace_dir", "reduce_to_db", "TraceanalyzeError", "TraceFile"]
+__all__ = ["LoadResult", "load_trace_dir", "load_shards", "reduce_to_db", "TraceanalyzeError", "TraceFile"]

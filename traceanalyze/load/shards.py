@@ -80,6 +80,7 @@ class ShardStore:
     def ranks(self) -> list[int]:
         """Ranks that have a shard folder (with or without a manifest)."""
         fs = self.fs()
+        fs.invalidate_cache()  # (a listing cached before this process's maps wrote shards)
         root = self.root if self.remote else local_path(self.root)
         try:
             names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
