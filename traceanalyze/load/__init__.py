@@ -39,6 +39,7 @@ from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_pa
 from traceanalyze.load.stale import sweep_database_tmp, sweep_staging
 
 Progress = Callable[[str], None]
+# (importing the submodule traceanalyze.load.map binds `map` in this namespace: no builtin map() here)
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,11 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     try:
         stale = [tf for tf in discovery.files if not (reuse and is_current(store.read_manifest(tf.rank), tf))]
         total_mb = sum(tf.size_bytes for tf in stale) / 1e6
-        say(f"reading {len(stale)} of {len(discovery.files)} trace file(s), {total_mb:.1f} MB on disk"
-            + (f" ({executor} executor)" if stale else ""))
+        if stale:
+            say(f"parsing {len(stale)} of {len(discovery.files)} trace file(s), {total_mb:.1f} MB on disk"
+                f" ({executor} executor)")
+        else:
+            say(f"all {len(discovery.files)} rank shard(s) up to date")
         outcomes = run_maps(stale, shards_root, executor, workers, ray_address, say)
         failed = [o for o in outcomes if o.manifest is None]
         if len(failed) == len(discovery.files):
@@ -246,12 +250,12 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
         if absent:
             notes.append((None, shards_root, "rank-missing", "info",
                           f"world size is {world} but {len(absent)} rank shards are absent "
-                          f"({', '.join(map(str, absent[:16]))}{' ...' if len(absent) > 16 else ''}); "
+                          f"({', '.join(str(r) for r in absent[:16])}{' ...' if len(absent) > 16 else ''}); "
                           f"analyzing the {len(present)} ranks present", None))
     good = [r for r in present if r not in {o.rank for o in failed}]
     return reduce_to_db(store, good, db_path, notes, say, meta={
         "target": shards_root, "fingerprint": "",
-        "rank_selection": "all" if ranks is None else ",".join(map(str, sorted(ranks)))})
+        "rank_selection": "all" if ranks is None else format_ranks(ranks)})
 
 
 def _source_file(manifest: dict | None) -> TraceFile | None:
