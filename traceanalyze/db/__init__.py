@@ -20,20 +20,25 @@ def _sql_files(folder: str) -> list[str]:
     return sorted(f"{folder}/{p.name}" for p in found.iterdir() if p.name.endswith(".sql"))
 
 
+def shared_sql_files() -> list[str]:
+    """Macros and named thresholds (tables/00_*.sql): applied before the tables of either stage."""
+    return _sql_files("tables")
+
+
 def per_rank_sql_files() -> list[str]:
     """Tables built from one rank's events alone (the map stage, once per rank), in order."""
-    return _sql_files("tables/per_rank")
+    return shared_sql_files() + _sql_files("tables/per_rank")
 
 
 def cross_rank_sql_files() -> list[str]:
     """Tables that compare ranks (the reduce stage, over every rank's tables), in order."""
-    return _sql_files("tables/cross_rank")
+    return shared_sql_files() + _sql_files("tables/cross_rank")
 
 
 def table_sql_files() -> list[str]:
     """Every derived-table SQL file in the order a one-database build applies them."""
-    return ["tables/00_macros.sql", *sorted(per_rank_sql_files() + cross_rank_sql_files(),
-                                            key=lambda name: name.rsplit("/", 1)[-1])]
+    staged = _sql_files("tables/per_rank") + _sql_files("tables/cross_rank")
+    return shared_sql_files() + sorted(staged, key=lambda name: name.rsplit("/", 1)[-1])
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -28,8 +28,8 @@ MANIFEST = "manifest.json"
 # every table the map stage writes per rank, in the order they are created
 SHARD_TABLES = (
     "ranks", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
-    "kernels", "memcpy", "collectives", "memory", "main_threads", "phase_intervals", "step_phases",
-    "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu",
+    "kernels", "memcpy", "collectives", "step_comm", "memory", "step_batches", "main_threads",
+    "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu",
 )
 
 
