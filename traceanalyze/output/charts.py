@@ -95,7 +95,7 @@ def phase_legend() -> list[LegendItem]:
     return [LegendItem(PHASE_LABELS[p], f"ph-{p}") for p in PHASES]
 
 
-def _rank_list(summary: dict, limit: int = MAX_RANK_ROWS) -> list[int]:
+def rank_list(summary: dict, limit: int = MAX_RANK_ROWS) -> list[int]:
     """Every rank, or for a big job: those named by findings, the slowest, the median and the fastest."""
     ranks = [r["rank"] for r in summary["ranks"]]
     if len(ranks) <= limit:
@@ -142,7 +142,8 @@ def step_timeline(summary: dict) -> Chart | None:
     rows = {(t["rank"], t["step"]): t for t in summary["timeline"]}
     if not steps or not rows:
         return None
-    ranks = _rank_list(summary)
+    with_rows = {r for r, _ in rows}  # (a big job's summary has timelines of its detail_ranks only)
+    ranks = [r for r in rank_list(summary) if r in with_rows] or sorted(with_rows)[:MAX_RANK_ROWS]
     col_ms = [max((rows[(r, s)]["dur_ms"] for r in ranks if (r, s) in rows), default=0.0) for s in steps]
     left, top, gap, rh = 70.0, 34.0, 6.0, _row_height(len(ranks))
     plot_w = WIDTH - left - 10 - gap * (len(steps) - 1)
@@ -317,7 +318,7 @@ def _heat_legend(chart: Chart, x: float, y: float, max_late: float) -> None:
 # ---- phase split per rank -----------------------------------------------------------------------
 
 def phase_split(summary: dict) -> Chart | None:
-    shown = set(_rank_list(summary))
+    shown = set(rank_list(summary))
     ranks = [r for r in summary["ranks"] if r["rank"] in shown]
     totals = [sum(v or 0 for v in r["metrics"]["phases_ms"].values()) for r in ranks]
     if not ranks or not any(totals):
@@ -355,7 +356,7 @@ def memory_over_steps(summary: dict) -> Chart | None:
     if not rows:
         return None
     steps = sorted({m["step"] for m in rows})
-    ranks = [r for r in _rank_list(summary, MAX_MEMORY_SERIES) if any(m["rank"] == r for m in rows)]
+    ranks = [r for r in rank_list(summary, MAX_MEMORY_SERIES) if any(m["rank"] == r for m in rows)]
     rows = [m for m in rows if m["rank"] in set(ranks)]
     left, top, plot_h = 70.0, 14.0, 170.0
     max_b = max(m["peak_allocated_bytes"] for m in rows) or 1
