@@ -216,9 +216,12 @@ def test_traces_and_shards_in_s3(tmp_path, reference, s3_env):
 
 def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
     port = _free_port()
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    home = tmp_path / "home"  # a private ~/.ray (its auth token) for this cluster and its client
+    home.mkdir()
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", HOME=str(home))
     start = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                            "--include-dashboard=false", "--disable-usage-stats"],
+                            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                            "--disable-usage-stats"],
                            capture_output=True, text=True, env=env, timeout=300)
     assert start.returncode == 0, start.stderr
     try:
