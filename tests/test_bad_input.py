@@ -222,12 +222,24 @@ def test_concatenated_gzip_members_are_one_stream(rank0_text, tmp_path):
     assert issues(db).keys() <= {"rank-missing"}  # (a world of 4 of which only rank 0 is here)
 
 
-@pytest.mark.parametrize("name", ["rank0.json", "rank0.json.gz", "rank1.pt.trace.json.gz"])
-def test_zero_byte_file(cli, run0, tmp_path, name):
+@pytest.mark.parametrize("name", ["rank0.json", "rank0.json.gz"])
+def test_zero_byte_file(cli, tmp_path, name):
+    path = put(tmp_path / "u", name, b"")
+    one_line_error(cli("load", path.parent, "--db", tmp_path / "x.duckdb"), path, "empty")
+
+
+def test_a_rank_that_cannot_be_read_is_left_out_and_reported(cli, run0, tmp_path):
+    """One bad rank among good ones: the others are analyzed, the bad one is a load issue
+    naming its file, on stderr and in load_issues."""
     folder = copy_world(run0, tmp_path / "t", ranks={0})
-    path = put(folder, name, b"") if name.startswith("rank1") else put(tmp_path / "u", name, b"")
-    target = folder if name.startswith("rank1") else path.parent
-    one_line_error(cli("load", target, "--db", tmp_path / "x.duckdb"), path, "empty")
+    path = put(folder, "rank1.pt.trace.json.gz", b"")
+    db = tmp_path / "x.duckdb"
+    proc = cli("load", folder, "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: {path}: this rank could not be read" in proc.stderr
+    assert q(db, "SELECT rank FROM ranks") == [(0,)]
+    ((rank, file, severity, message, _),) = issues(db)["rank-failed"]
+    assert (rank, file, severity) == (1, str(path), "warning") and "empty" in message
 
 
 NOT_TRACES = [

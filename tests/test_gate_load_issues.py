@@ -57,6 +57,15 @@ def test_a_rank_file_that_is_not_a_file_fails_the_gate():
     assert result.exit_code == 1 and "could not be read at all" in result.reasons[0]
 
 
+def test_a_rank_left_out_of_the_analysis_fails_the_gate():
+    """A rank whose map failed (its trace could not be read) is missing from every number."""
+    issue = {"rank": 2, "file": "t/rank2.pt.trace.json", "kind": "rank-failed", "severity": "warning",
+             "message": "this rank could not be read and is left out of the analysis: corrupt gzip stream",
+             "count": None}
+    result = evaluate(make_summary({0: 100.0, 1: 100.0}, load_issues=[issue]))
+    assert result.exit_code == 1 and "could not be read at all" in result.reasons[0]
+
+
 def test_info_load_issues_leave_a_plain_pass():
     result = evaluate(make_summary({0: 100.0, 1: 100.0}, load_issues=[load_issue("info", kind="rank-from-name")]))
     assert verdict(result).startswith("traceanalyze check: passed [")

@@ -23,7 +23,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
-from traceanalyze.load import load_trace_dir
+from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.progress import ProgressChoice, progress_reporter
 from traceanalyze.summary_model import Summary
@@ -89,7 +89,9 @@ def resolve_config(config: ConfigChoice, params: Params) -> Config:
 
 def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = None,
             params: Params = None, config: ConfigChoice = None,
-            progress: ProgressChoice = "auto", force: bool = False) -> Analysis:
+            progress: ProgressChoice = "auto", force: bool = False, *, executor: str = "local",
+            shards: str | None = None, workers: int | None = None,
+            ray_address: str | None = None) -> Analysis:
     """Analyze the per-rank traces under `trace_dir` (a folder, or one trace file).
 
     ranks: "all", "0,3", "0-7", or rank numbers. db: where to keep the trace database (reused
@@ -98,10 +100,18 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
     {"collective-straggler.min_late_ms": 20}. config: a traceanalyze.toml / pyproject.toml
     file, a folder to search upwards from, or a Config (None: built-in defaults).
     progress: "auto" (a bar in notebooks and terminals), True, False, or a function of a message.
+    executor: "local" (a process pool over all cores, `workers` at once) or "ray" (Ray tasks on
+    the cluster at `ray_address` / $RAY_ADDRESS). shards: the shard folder (a path or an fsspec
+    URL; default <db>.shards); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
+    to analyze the shards written by `traceanalyze ingest`.
     """
     from traceanalyze.summary import build_summary
 
-    trace_dir = Path(trace_dir)
+    if trace_dir is None and not shards:
+        raise TraceError("give a trace folder, or the shards folder of an ingested shard set")
+    source = shards if trace_dir is None else trace_dir
+    if "://" not in str(source):
+        source = Path(source)
     settings = resolve_config(config, params)  # a typo fails before the long load
     scratch = None
     if db is None:
@@ -111,11 +121,15 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         db_path = Path(db)
     say, done = progress_reporter(progress)
     try:
-        load_trace_dir(trace_dir, db_path, rank_set(ranks), reuse=not force, progress=say)
+        if trace_dir is None:
+            load_shards(str(source), db_path, rank_set(ranks), progress=say)
+        else:
+            load_trace_dir(source, db_path, rank_set(ranks), reuse=not force, progress=say, executor=executor,
+                           shards=shards, workers=workers, ray_address=ray_address)
         say("running rules")
         con = tracedb.connect(db_path, read_only=True)
         try:
-            summary = build_summary(con, str(trace_dir), settings)
+            summary = build_summary(con, str(source), settings)
         finally:
             con.close()
     except BaseException:
@@ -124,7 +138,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         raise
     finally:
         done()
-    return Analysis(trace_dir, db_path, summary, scratch)
+    return Analysis(source, db_path, summary, scratch)
 
 
 def _close(con_box: list, scratch: Path | None) -> None:

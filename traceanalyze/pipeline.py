@@ -53,13 +53,15 @@ def write_summary_json(summary: dict, path: Path) -> Path:
     return path
 
 
-def default_out_dir(trace_dir: Path) -> Path:
+def default_out_dir(trace_dir: Path | str) -> Path:
     """reports/<name of the trace folder (or file, without extensions)>: where `traceanalyze DIR` writes."""
     return Path("reports") / run_name(trace_dir)
 
 
 def run_name(trace_dir: Path) -> str:
     """The name of a run: its folder's name, or the trace file's name without extensions."""
+    if "://" in str(trace_dir):  # a URL (s3://bucket/job/traces): its last part
+        return str(trace_dir).rstrip("/").rsplit("/", 1)[-1].split(".")[0] or "trace"
     trace_dir = Path(trace_dir)
     name = trace_dir.resolve().name if trace_dir.is_dir() else trace_dir.name.split(".")[0]
     return name or "trace"
@@ -125,20 +127,23 @@ def write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfe
 def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] | None = None,
                  params: list[str] | tuple = (), *, html: bool = True, perfetto: bool = False,
                  reuse: bool = True, progress: Progress | None = None,
-                 config_dir: Path | None = None) -> AnalysisResult:
+                 config_dir: Path | None = None, load_options: dict | None = None) -> AnalysisResult:
     """`traceanalyze DIR`: analyze, then write trace.duckdb, summary.json and the reports into out_dir.
 
     `out_dir` defaults to reports/<trace dir name>/, `ranks` None means all ranks, `params` are
     RULE.NAME=VALUE overrides, the configuration file is looked up from `config_dir` (default:
     the working folder). Bad input raises TraceError (exit code 2 in the CLI). The same as
-    `traceanalyze.analyze(...)` followed by `.write_report(out_dir)`.
+    `traceanalyze.analyze(...)` followed by `.write_report(out_dir)`; `load_options` are its
+    executor / shards / workers / ray_address (trace_dir None with shards: the shard set alone).
     """
     from traceanalyze.api import analyze
 
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(Path(trace_dir))
+    load_options = dict(load_options or {})
+    source = trace_dir if trace_dir is not None else load_options.get("shards")
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(source)
     say = progress or (lambda _msg: None)
     with analyze(trace_dir, ranks if ranks is not None else "all", db=out_dir / "trace.duckdb",
                  params=list(params), config=config_dir or Path.cwd(), progress=say,
-                 force=not reuse) as analysis:
+                 force=not reuse, **load_options) as analysis:
         paths = analysis.write_report(out_dir, html=html, perfetto=perfetto, progress=say)
         return AnalysisResult(analysis.summary_dict, paths)

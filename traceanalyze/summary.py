@@ -18,6 +18,7 @@ import duckdb
 from traceanalyze import __version__
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.metrics import (
+    PHASES,
     memory_by_step,
     missing_tables,
     rank_metrics,
@@ -52,6 +53,52 @@ def _load_issues(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(columns, row)) for row in cur.fetchall()]
 
 
+# above this many ranks, timeline and memory (rows per rank and step) cover only the
+# `detail_ranks`: those named by findings and the slowest (the database keeps every rank)
+DETAIL_ALL_RANKS_MAX = 64
+DETAIL_SLOWEST = 16
+
+
+def _distribution(values: list[float]) -> dict[str, float | None]:
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return {"median": None, "p90": None, "max": None}
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return {"median": round(at(0.5), 3), "p90": round(at(0.9), 3), "max": round(ordered[-1], 3)}
+
+
+def rank_distribution(ranks: list[dict], steps: dict) -> dict[str, Any]:
+    """Median, p90 and max over ranks of the main per-rank numbers (the shape of a big job)."""
+    metrics = [r["metrics"] for r in ranks if r.get("metrics")]
+    own: dict[str, list[float]] = {}
+    for p in steps.get("per_step", []):
+        for rank, ms in p["ms_by_rank"].items():
+            own.setdefault(rank, []).append(ms)
+    own_median = [sorted(v)[len(v) // 2] for v in own.values() if v]
+    out = {"ranks": len(ranks),
+           "own_step_ms": _distribution(own_median),
+           "step_time_ms": _distribution([m["step_time_ms"]["median"] for m in metrics]),
+           "comm_ms_per_step": _distribution([m.get("comm_ms_per_step") for m in metrics]),
+           "gpu_busy_pct": _distribution([m.get("gpu_busy_pct") for m in metrics])}
+    out["phases_ms"] = {p: _distribution([m["phases_ms"].get(p) for m in metrics]) for p in PHASES}
+    return out
+
+
+def detail_ranks(ranks: list[dict], steps: dict, findings: list[dict]) -> list[int]:
+    """Every rank of a small job; of a big one, those named by findings and the slowest."""
+    everyone = [r["rank"] for r in ranks]
+    if len(everyone) <= DETAIL_ALL_RANKS_MAX:
+        return everyone
+    own: dict[int, list[float]] = {}
+    for p in steps.get("per_step", []):
+        for rank, ms in p["ms_by_rank"].items():
+            own.setdefault(int(rank), []).append(ms)
+    slowest = sorted(own, key=lambda r: (-sorted(own[r])[len(own[r]) // 2], r))[:DETAIL_SLOWEST]
+    named = {r for f in findings for r in f.get("ranks") or [] if len(f.get("ranks") or []) < len(everyone)}
+    return sorted(set(slowest) | set(list(named)[:DETAIL_SLOWEST]))
+
+
 def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dict[str, Any]:
     """Metrics + findings + load issues of an open trace database -> the summary.json dict."""
     missing = missing_tables(con)
@@ -64,16 +111,22 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
     rule_issues = [{"rank": None, "file": None, "kind": "rule-failed", "severity": "warning",
                     "message": f"rule {rule_id} could not run on this trace and was skipped ({error})",
                     "count": None} for rule_id, error in failures]
+    ranks = _ranks(con, rank_metrics(con))
+    steps = step_comparison(con)
+    finding_dicts = [f.to_dict() for f in findings]
+    detail = set(detail_ranks(ranks, steps, finding_dicts))
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
         "trace_dir": str(trace_dir),
         "world_size": _world_size(con),
-        "ranks": _ranks(con, rank_metrics(con)),
-        "steps": step_comparison(con),
-        "timeline": timeline(con),
-        "memory": memory_by_step(con),
-        "findings": [f.to_dict() for f in findings],
+        "ranks": ranks,
+        "rank_distribution": rank_distribution(ranks, steps),
+        "detail_ranks": sorted(detail),
+        "steps": steps,
+        "timeline": [t for t in timeline(con) if t["rank"] in detail],
+        "memory": [m for m in memory_by_step(con) if m["rank"] in detail],
+        "findings": finding_dicts,
         "load_issues": _load_issues(con) + rule_issues,
         "judgement": judgement(window_facts(con), abstained),
     }

@@ -4,4 +4,4 @@ Commands parse options and print: the work is done by the Python API (traceanaly
 """
 
 # Add a module name here when you add traceanalyze/commands/<name>.py (order = `--help` order)
-COMMAND_MODULES: list[str] = ["load", "sql", "analyze", "check", "diff", "scaling", "rules", "explain"]
+COMMAND_MODULES: list[str] = ["load", "sql", "analyze", "check", "diff", "scaling", "rules", "explain", "ingest"]

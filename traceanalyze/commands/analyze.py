@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from traceanalyze.commands._options import force_option, out_option, param_option, quiet_option, ranks_option
+from traceanalyze.commands._scale import executor_options, load_options
 from traceanalyze.progress import cli_progress
 
 
@@ -17,7 +18,7 @@ def _color_wanted() -> bool:
 
 
 @click.command("analyze", short_help="Analyze traces: verdict, report.html, summary.json (the default).")
-@click.argument("trace_dir", type=click.Path(path_type=Path))
+@click.argument("trace_dir", required=False)
 @ranks_option()
 @out_option()
 @param_option()
@@ -27,11 +28,14 @@ def _color_wanted() -> bool:
               help="What to print on stdout: the verdict (text) or summary.json (json).")
 @force_option()
 @quiet_option()
-def command(trace_dir: Path, ranks: str, out_dir: Path | None, params: tuple[str, ...], perfetto: bool,
-            no_html: bool, fmt: str, force: bool, quiet: bool) -> None:
+@executor_options
+def command(trace_dir: str | None, ranks: str, out_dir: Path | None, params: tuple[str, ...], perfetto: bool,
+            no_html: bool, fmt: str, force: bool, quiet: bool, **scale) -> None:
     """Analyze per-rank traces: which rank and which phase slows the job, why, what to try.
 
     Writes report.html, summary.json and trace.duckdb into the output folder.
+    TRACE_DIR may be an fsspec URL (s3://bucket/traces); without it, --shards names a shard
+    set written by `traceanalyze ingest` and only the cross-rank analysis runs.
     Exit code 0 when the analysis completed (whatever it found), 2 on bad input.
     """
     from traceanalyze.api import analyze
@@ -39,10 +43,11 @@ def command(trace_dir: Path, ranks: str, out_dir: Path | None, params: tuple[str
     from traceanalyze.output.terminal import render_verdict
     from traceanalyze.pipeline import default_out_dir
 
-    out_dir = out_dir if out_dir is not None else default_out_dir(trace_dir)
+    options = load_options(trace_dir, scale)
+    out_dir = out_dir if out_dir is not None else default_out_dir(trace_dir or options["shards"])
     progress = cli_progress(quiet)
     with analyze(trace_dir, ranks, db=out_dir / "trace.duckdb", params=list(params), config=Path.cwd(),
-                 progress=progress, force=force) as analysis:
+                 progress=progress, force=force, **options) as analysis:
         paths = analysis.write_report(out_dir, html=not no_html, perfetto=perfetto, progress=progress)
         summary = analysis.summary_dict
     if fmt == "json":

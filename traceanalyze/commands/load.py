@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from traceanalyze.commands._options import force_option, quiet_option, ranks_option
+from traceanalyze.commands._scale import executor_options, load_options
 from traceanalyze.load import load_trace_dir, read_load_issues
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.output.escape import shell_arg, terminal
@@ -17,19 +18,20 @@ LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
 
 
 @click.command(name="load")
-@click.argument("trace_dir", type=click.Path(path_type=Path))
+@click.argument("trace_dir")
 @click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
               help="Database file to write [default: reports/<dir name>/trace.duckdb].")
 @ranks_option()
 @force_option("Parse again even if the stored database is up to date.")
 @quiet_option("No progress messages.")
-def command(trace_dir: Path, db_path: Path | None, ranks: str, force: bool, quiet: bool) -> None:
+@executor_options
+def command(trace_dir: str, db_path: Path | None, ranks: str, force: bool, quiet: bool, **scale) -> None:
     """Load per-rank traces into a DuckDB trace database."""
     db_path = db_path or default_out_dir(trace_dir) / "trace.duckdb"
     say, done = progress_reporter(cli_progress(quiet))
     try:
         result = load_trace_dir(trace_dir, db_path, parse_rank_selection(ranks), reuse=not force,
-                                progress=say)
+                                progress=say, **load_options(trace_dir, scale))
     finally:
         done()
     echo_load_issues(result.db_path, quiet)

@@ -15,10 +15,30 @@ def _sql_text(name: str) -> str:
     return resources.files("traceanalyze.db").joinpath(name).read_text(encoding="utf-8")
 
 
+def _sql_files(folder: str) -> list[str]:
+    found = resources.files("traceanalyze.db").joinpath(folder)
+    return sorted(f"{folder}/{p.name}" for p in found.iterdir() if p.name.endswith(".sql"))
+
+
+def shared_sql_files() -> list[str]:
+    """Macros and named thresholds (tables/00_*.sql): applied before the tables of either stage."""
+    return _sql_files("tables")
+
+
+def per_rank_sql_files() -> list[str]:
+    """Tables built from one rank's events alone (the map stage, once per rank), in order."""
+    return shared_sql_files() + _sql_files("tables/per_rank")
+
+
+def cross_rank_sql_files() -> list[str]:
+    """Tables that compare ranks (the reduce stage, over every rank's tables), in order."""
+    return shared_sql_files() + _sql_files("tables/cross_rank")
+
+
 def table_sql_files() -> list[str]:
-    """Derived-table SQL files in the order they are applied (file-name order)."""
-    folder = resources.files("traceanalyze.db").joinpath("tables")
-    return sorted(f"tables/{p.name}" for p in folder.iterdir() if p.name.endswith(".sql"))
+    """Every derived-table SQL file in the order a one-database build applies them."""
+    staged = _sql_files("tables/per_rank") + _sql_files("tables/cross_rank")
+    return shared_sql_files() + sorted(staged, key=lambda name: name.rsplit("/", 1)[-1])
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -32,9 +52,9 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def build_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Build every derived table from raw_events (idempotent)."""
-    for name in table_sql_files():
+def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None) -> None:
+    """Build the derived tables of `files` (default: every one) from raw_events (idempotent)."""
+    for name in table_sql_files() if files is None else files:
         con.execute(_sql_text(name))
 
 
@@ -48,13 +68,31 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
 
 def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a trace database file, with this version's macros (and no DuckDB progress bar on stdout)."""
-    con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    config = dict(config or {})
+    locked = config.get("enable_external_access") is False
+    if locked:  # (set after the views' shard folder is allowed: see _lock)
+        del config["enable_external_access"]
+    con = duckdb.connect(str(path), read_only=read_only, config=config)
     try:
         con.execute("SET enable_progress_bar = false")
     except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
         pass
     create_macros(con, temporary=True)
+    if locked:
+        _lock(con)
     return con
+
+
+def _lock(con: duckdb.DuckDBPyConnection) -> None:
+    """No file access but the database's own shard folder (its per-rank tables may be views
+    over Parquet files there)."""
+    try:
+        row = con.execute("SELECT value FROM load_meta WHERE key = 'shards'").fetchone()
+    except duckdb.Error:
+        row = None
+    if row and row[0]:
+        con.execute("SET allowed_directories = ?", [[row[0].rstrip("/") + "/"]])
+    con.execute("SET enable_external_access = false")
 
 
 def table_comments() -> dict[str, dict[str, str]]:

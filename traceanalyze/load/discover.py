@@ -33,6 +33,8 @@ class TraceFile:
     backend: str | None
     size_bytes: int
     mtime_ns: int
+    url: str | None = None  # the fsspec URL of an object-storage trace (path is then its key)
+    etag: str | None = None  # the object's ETag (object storage), else None
 
 
 @dataclass
@@ -139,9 +141,9 @@ def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     return paths, skipped
 
 
-def read_distributed_info(path: Path) -> dict | None:
-    """The `distributedInfo` object if it appears in the first MiB of the file."""
-    head = open_trace_bytes(path, limit=HEAD_PROBE_BYTES)
+def read_distributed_info(path: Path, head: bytes | None = None) -> dict | None:
+    """The `distributedInfo` object if it appears in the first MiB of the file (or of `head`)."""
+    head = open_trace_bytes(path, limit=HEAD_PROBE_BYTES) if head is None else head
     at = head.find(b'"distributedInfo"')
     if at < 0:
         return None
@@ -162,13 +164,13 @@ def _count(value, lowest: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_RANKS
 
 
-def identify(path: Path, only_file: bool = False) -> TraceFile:
+def identify(path: Path, only_file: bool = False, remote: dict | None = None) -> TraceFile:
     """Tell the rank of one file: distributedInfo.rank, else the file name, else an error.
 
     The one exception: a lone file without any distributedInfo comes from a
     single-process (non-distributed) run, and is rank 0.
     """
-    found = read_distributed_info(path)
+    found = read_distributed_info(path, remote and remote["head"])
     info = found or {}
     rank, source = info.get("rank"), "distributedInfo"
     if not _count(rank, 0):
@@ -186,11 +188,14 @@ def identify(path: Path, only_file: bool = False) -> TraceFile:
     world = info.get("world_size") if _count(info.get("world_size"), 1) else None
     if world is not None and source == "distributedInfo" and rank >= world:
         raise TraceanalyzeError(f"distributedInfo says rank {rank} in a world of {world} ranks", str(path))
+    backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+    if remote:  # an object in a bucket (remote.py): path is its key, url and etag say where
+        return TraceFile(path=path, rank=rank, rank_source=source, world_size=world, backend=backend,
+                         size_bytes=remote["size"], mtime_ns=0, url=remote["url"], etag=remote["etag"])
     stat = path.stat()
     return TraceFile(
         path=path, rank=rank, rank_source=source,
-        world_size=world,
-        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        world_size=world, backend=backend,
         size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
     )
 
@@ -228,10 +233,12 @@ def pick_windows(files: list[TraceFile]) -> Discovery:
     return Discovery(files=chosen, notes=notes)
 
 
-def discover(target: Path, ranks: set[int] | None = None) -> Discovery:
-    """Files to load for `target`, filtered to the selected ranks."""
-    paths, skipped = _list(target)
-    found = [identify(p, only_file=len(paths) == 1) for p in paths]
+def discover(target: Path, ranks: set[int] | None = None, found: list[TraceFile] | None = None) -> Discovery:
+    """Files to load for `target` (or the `found` ones), filtered to the selected ranks."""
+    skipped: list[tuple[str, str, str]] = []
+    if found is None:
+        paths, skipped = _list(target)
+        found = [identify(p, only_file=len(paths) == 1) for p in paths]
     result = pick_windows(found)
     result.notes += skipped
     if ranks is not None:

@@ -95,7 +95,7 @@ def phase_legend() -> list[LegendItem]:
     return [LegendItem(PHASE_LABELS[p], f"ph-{p}") for p in PHASES]
 
 
-def _rank_list(summary: dict, limit: int = MAX_RANK_ROWS) -> list[int]:
+def rank_list(summary: dict, limit: int = MAX_RANK_ROWS) -> list[int]:
     """Every rank, or for a big job: those named by findings, the slowest, the median and the fastest."""
     ranks = [r["rank"] for r in summary["ranks"]]
     if len(ranks) <= limit:
@@ -142,7 +142,8 @@ def step_timeline(summary: dict) -> Chart | None:
     rows = {(t["rank"], t["step"]): t for t in summary["timeline"]}
     if not steps or not rows:
         return None
-    ranks = _rank_list(summary)
+    with_rows = {r for r, _ in rows}  # (a big job's summary has timelines of its detail_ranks only)
+    ranks = [r for r in rank_list(summary) if r in with_rows] or sorted(with_rows)[:MAX_RANK_ROWS]
     col_ms = [max((rows[(r, s)]["dur_ms"] for r in ranks if (r, s) in rows), default=0.0) for s in steps]
     left, top, gap, rh = 70.0, 34.0, 6.0, _row_height(len(ranks))
     plot_w = WIDTH - left - 10 - gap * (len(steps) - 1)
@@ -260,10 +261,18 @@ def lateness_heatmap(summary: dict) -> Chart | None:
     cells = {(c["rank"], c["step"]): c["late_ms"] for c in summary["steps"]["lateness_ms"]}
     if not cells:
         return None
-    ranks = _rank_list(summary)
+    all_ranks = sorted({r["rank"] for r in summary["ranks"]})
+    # a big job: one row per bin of consecutive ranks, each cell the bin's latest rank
+    per_bin = -(-len(all_ranks) // MAX_RANK_ROWS)
+    bins = [all_ranks[i:i + per_bin] for i in range(0, len(all_ranks), per_bin)]
+    if per_bin > 1:
+        cells = {(b[0], s): max((cells[(r, s)] or 0 for r in b if (r, s) in cells), default=None)
+                 for b in bins for s in {s for _, s in cells}}
+    ranks = [b[0] for b in bins]
+    names = {b[0]: (f"rank {b[0]}" if len(b) == 1 else f"ranks {b[0]}-{b[-1]}") for b in bins}
     all_steps = sorted({s for _, s in cells})
     steps = all_steps[:MAX_HEATMAP_STEPS]
-    left, top, rh = 70.0, 24.0, _row_height(len(ranks), 340, 11, 30)
+    left, top, rh = (70.0 if per_bin == 1 else 96.0), 24.0, _row_height(len(ranks), 340, 11, 30)
     cw = min((WIDTH - left - 10) / len(steps), 90)
     max_late = max((v or 0) for v in cells.values()) or 1.0
     chart = Chart("chart-lateness", "Lateness at collectives (rank × step)",
@@ -272,23 +281,26 @@ def lateness_heatmap(summary: dict) -> Chart | None:
                   "waits for it.",
                   height=top + rh * len(ranks) + 44)
     hot = hot_ranks(summary)
+    hot_bins = {b[0] for b in bins if hot & set(b)}
     for j, s in enumerate(steps):
         chart.shapes.append(Text(_r(left + cw * (j + 0.5)), top - 8, str(s), "lbl lbl-s", "middle"))
     for i, r in enumerate(ranks):
         y = top + i * rh
-        chart.shapes.append(Text(left - 8, _r(y + rh * 0.66), f"rank {r}", "lbl lbl-hot" if r in hot else "lbl", "end"))
+        chart.shapes.append(Text(left - 8, _r(y + rh * 0.66), names[r], "lbl lbl-hot" if r in hot_bins else "lbl", "end"))
         for j, s in enumerate(steps):
             late = cells.get((r, s))
             if late is None:
                 continue
             frac = (late or 0) / max_late
             chart.shapes.append(Rect(_r(left + cw * j + 1), _r(y + 1), _r(cw - 2), _r(rh - 2), "cell",
-                                     f"rank {r} · step {s} · {fmt_ms(late)} late", heat_colour(frac)))
+                                     f"{names[r]} · step {s} · {fmt_ms(late)} late"
+                                     + (" (the latest of them)" if per_bin > 1 else ""), heat_colour(frac)))
             if cw >= 40 and rh >= 14 and late is not None:
                 cls = "lbl lbl-s lbl-inv" if frac > 0.55 else "lbl lbl-s"
                 chart.shapes.append(Text(_r(left + cw * (j + 0.5)), _r(y + rh * 0.66), f"{late:.0f}", cls, "middle"))
     _heat_legend(chart, left, top + rh * len(ranks) + 16, max_late)
-    notes = [_rank_note(summary, ranks)]
+    notes = [f"{len(all_ranks)} ranks in bins of {per_bin}: each cell is the latest rank of its bin"
+             if per_bin > 1 else ""]
     if len(all_steps) > len(steps):
         notes.append(f"the first {len(steps)} of {len(all_steps)} steps")
     chart.note = "; ".join(n for n in notes if n)
@@ -306,7 +318,7 @@ def _heat_legend(chart: Chart, x: float, y: float, max_late: float) -> None:
 # ---- phase split per rank -----------------------------------------------------------------------
 
 def phase_split(summary: dict) -> Chart | None:
-    shown = set(_rank_list(summary))
+    shown = set(rank_list(summary))
     ranks = [r for r in summary["ranks"] if r["rank"] in shown]
     totals = [sum(v or 0 for v in r["metrics"]["phases_ms"].values()) for r in ranks]
     if not ranks or not any(totals):
@@ -344,7 +356,7 @@ def memory_over_steps(summary: dict) -> Chart | None:
     if not rows:
         return None
     steps = sorted({m["step"] for m in rows})
-    ranks = [r for r in _rank_list(summary, MAX_MEMORY_SERIES) if any(m["rank"] == r for m in rows)]
+    ranks = [r for r in rank_list(summary, MAX_MEMORY_SERIES) if any(m["rank"] == r for m in rows)]
     rows = [m for m in rows if m["rank"] in set(ranks)]
     left, top, plot_h = 70.0, 14.0, 170.0
     max_b = max(m["peak_allocated_bytes"] for m in rows) or 1

@@ -106,6 +106,8 @@ class ReportContext:
     css: Markup = field(metadata={"help": "the stylesheet, inlined"})
     js: Markup = field(metadata={"help": "the script (copy buttons), inlined"})
     script_hash: str = field(metadata={"help": "CSP 'sha256-...' of `js`: only the report's own script may run"})
+    ranks_note: str = field(default="", metadata={
+        "help": "for a big job: which ranks the table shows, and the distribution over all ranks"})
 
 
 def _asset(name: str) -> Markup:
@@ -218,10 +220,23 @@ def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     return kpis
 
 
+def _ranks_note(summary: dict) -> str:
+    """A big job's table shows some ranks; this says which, and the spread over all of them."""
+    shown = chartlib.rank_list(summary)
+    if len(shown) == len(summary["ranks"]):
+        return ""
+    dist = (summary.get("rank_distribution") or {}).get("step_time_ms") or {}
+    spread = (f"; median step over all ranks {fmt_ms(dist.get('median'))}, p90 {fmt_ms(dist.get('p90'))}, "
+              f"max {fmt_ms(dist.get('max'))}") if dist else ""
+    return (f"{len(shown)} of {len(summary['ranks'])} ranks: those named by findings, the slowest, the median "
+            f"and the fastest{spread}. Every rank: the ranks and steps tables of the database.")
+
+
 def _rank_rows(summary: dict) -> list[RankRow]:
     hot = chartlib.hot_ranks(summary)
+    shown = set(chartlib.rank_list(summary))
     rows = []
-    for r in summary["ranks"]:
+    for r in (r for r in summary["ranks"] if r["rank"] in shown):
         m = r["metrics"]
         st = m["step_time_ms"]
         offset = r.get("clock_offset_ns")
@@ -270,7 +285,7 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
             f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, dur_ns / 1e6 AS ms FROM steps ORDER BY step, rank"',
             f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, op, seq, dur_ns / 1e6 AS ms FROM collectives ORDER BY seq, rank"',
         ],
-        css=_asset("report.css"), js=js, script_hash=_csp_hash(js),
+        css=_asset("report.css"), js=js, script_hash=_csp_hash(js), ranks_note=_ranks_note(summary),
     )
 
 

@@ -1,0 +1,84 @@
+"""A rank's DuckDB memory limit and the staging folder of its part files."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load.discover import TraceFile
+
+# Part files live only while DuckDB reads them. A RAM-backed folder writes and reads them
+# about 3x faster than a disk; it is used when the events surely fit in a quarter of the
+# available memory (gzip counted at 20x its size). TRACEANALYZE_TMPDIR overrides the choice.
+RAM_STAGING_DIR = Path("/dev/shm")
+GZIP_EXPANSION_ESTIMATE = 20
+
+
+def available_memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def staging_dir(files: list[TraceFile]) -> str | None:
+    """Where to write part files: $TRACEANALYZE_TMPDIR, else RAM when they fit, else the temp dir."""
+    chosen = os.environ.get("TRACEANALYZE_TMPDIR")
+    if chosen:
+        return chosen
+    estimate = sum(tf.size_bytes * (GZIP_EXPANSION_ESTIMATE if tf.path.name.endswith(".gz") else 1)
+                   for tf in files)
+    if RAM_STAGING_DIR.is_dir() and os.access(RAM_STAGING_DIR, os.W_OK) \
+            and estimate * 4 < available_memory_bytes():
+        return str(RAM_STAGING_DIR)
+    return None
+
+
+# DuckDB may use this much memory per byte of trace events (at least MIN_MEMORY_LIMIT_BYTES):
+# beyond it, it writes to the database file or spills to disk, so the whole load stays
+# under the size of the JSON. TRACEANALYZE_MEMORY_LIMIT (DuckDB syntax, e.g. '4GB') overrides.
+MEMORY_LIMIT_PER_EVENT_BYTE = 0.6
+MIN_MEMORY_LIMIT_BYTES = 256 << 20
+MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", re.IGNORECASE)
+
+
+def chosen_memory_limit() -> str | None:
+    """TRACEANALYZE_MEMORY_LIMIT, checked (before anything is read)."""
+    chosen = os.environ.get("TRACEANALYZE_MEMORY_LIMIT", "").strip()
+    if chosen and not MEMORY_SIZE.fullmatch(chosen):
+        raise TraceanalyzeError(f"TRACEANALYZE_MEMORY_LIMIT={chosen!r} is not a memory size such as '4GB'")
+    return chosen or None
+
+
+def limit_memory(con, events_bytes: int) -> None:
+    chosen = chosen_memory_limit()
+    if chosen:
+        con.execute(f"SET memory_limit = '{chosen}'")
+        return
+    limit = max(MIN_MEMORY_LIMIT_BYTES, int(events_bytes * MEMORY_LIMIT_PER_EVENT_BYTE))
+    if limit < available_memory_bytes() * 0.8:  # (else DuckDB's own default, 80 % of RAM, is lower)
+        con.execute(f"SET memory_limit = '{limit >> 20}MiB'")
+
+
+def relaxing_memory(con, action: Callable[[], None], notes: list[tuple[str, str]]) -> None:
+    """Run `action` (idempotent); if DuckDB runs out of memory under the load's limit (an
+    operator that cannot spill), lift the limit, say so in `notes`, and run it again."""
+    try:
+        action()
+    except duckdb.OutOfMemoryException:
+        (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        con.execute("RESET memory_limit")
+        notes.append(("memory-limit-lifted", (f"DuckDB needed more than its memory limit ({limit}) to load "
+                                              "these traces; the limit was lifted (see TRACEANALYZE_MEMORY_LIMIT)")))
+        action()
+
+

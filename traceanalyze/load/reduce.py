@@ -1,0 +1,134 @@
+"""The reduce stage: a shard set -> trace.duckdb (per-rank tables + cross-rank tables).
+
+Per-rank tables are views over the exact Parquet files of the selected ranks
+(`read_parquet([...])`), or copied into the database when the shard set is small
+(MATERIALIZE_MAX_BYTES): a small job's trace.duckdb is then one self-contained file, a large
+one's reads the shards in place and never holds every event. `ranks` and `load_issues` are
+always tables (align.py updates them). Then the cross-rank tables (db/tables/cross_rank/),
+the checks that the ranks belong to one run, and clock alignment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import duckdb
+
+from traceanalyze import db as tracedb
+from traceanalyze.align import align_ranks
+from traceanalyze.errors import TraceFormatError
+from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
+
+# a shard set up to this size (Parquet bytes, all ranks) is copied into trace.duckdb
+MATERIALIZE_MAX_BYTES = 64 << 20
+TABLES_ALWAYS_COPIED = ("ranks", "load_issues")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One rank's shard as local files."""
+
+    rank: int
+    folder: str  # local folder holding <table>.parquet
+    manifest: dict
+
+    def table(self, name: str) -> str:
+        return os.path.join(self.folder, f"{name}.parquet")
+
+
+def localize(store: ShardStore, ranks: list[int], cache_root: str) -> dict[int, str]:
+    """Local folders of the ranks' shards: in place for a local store; a remote one is
+    downloaded into `cache_root`, skipping ranks whose cached manifest is unchanged."""
+    if not store.remote:
+        return {rank: store.rank_dir(rank) for rank in ranks}
+    cache = ShardStore(cache_root)
+    fs = store.fs()
+    out = {}
+    for rank in ranks:
+        remote_manifest = store.read_manifest(rank)
+        folder = cache.rank_dir(rank)
+        if remote_manifest is None:  # (no shard there: nothing to fetch)
+            cache.forget(rank)
+        elif cache.read_manifest(rank) != remote_manifest:
+            cache.forget(rank)
+            os.makedirs(folder, exist_ok=True)
+            for table in SHARD_TABLES:
+                fs.get_file(store.table_path(rank, table), os.path.join(folder, f"{table}.parquet"))
+            cache.write_manifest(rank, remote_manifest)
+        out[rank] = folder
+    return out
+
+
+def shard_bytes(shards: list[Shard]) -> int:
+    return sum(os.path.getsize(s.table(t)) for s in shards for t in SHARD_TABLES)
+
+
+def _quoted_list(paths: list[str]) -> str:
+    # paths are ours (shard folder + rank number + table name), quoted for SQL all the same
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def attach_shards(con: duckdb.DuckDBPyConnection, shards: list[Shard], materialize: bool) -> None:
+    """The per-rank tables of every shard: copied, or as views over their Parquet files."""
+    tracedb.create_schema(con)
+    tracedb.create_macros(con)
+    for table in SHARD_TABLES:
+        source = f"read_parquet({_quoted_list([s.table(table) for s in shards])}, hive_partitioning = false)"
+        if table in ("ranks", "load_issues", "raw_events") and (materialize or table in TABLES_ALWAYS_COPIED):
+            con.execute(f"INSERT INTO {table} SELECT * FROM {source}")
+        elif materialize:
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM {source}")
+        else:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {source}")
+
+
+def record_notes(con, rows: list[tuple]) -> None:
+    """(rank, file, kind, severity, message, count) rows about the whole load."""
+    if rows:
+        con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
+    """Cross-rank tables, the one-run check, alignment and clock offsets."""
+    tracedb.build_tables(con, tracedb.cross_rank_sql_files())
+    check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
+    align_ranks(con)
+
+
+def check_one_run(con, hosts: dict[int, str | None]) -> None:
+    """Ranks recorded on one host share its clock, so their profiling windows must overlap in
+    time; when they do not, the files come from different runs (or windows) of the job."""
+    windows = {rank: (lo, hi) for rank, lo, hi in con.execute(
+        "SELECT rank, min(ts_ns), max(end_ns) FROM steps GROUP BY rank").fetchall()}
+    files = dict(con.execute("SELECT rank, file FROM ranks").fetchall())
+    by_host: dict[str, list[int]] = {}
+    for rank, host in hosts.items():
+        if isinstance(host, str) and host and rank in windows:
+            by_host.setdefault(host, []).append(rank)
+    for host, ranks in by_host.items():
+        ranks.sort(key=lambda r: windows[r])
+        first = ranks[0]
+        for rank in ranks[1:]:
+            if windows[rank][0] > windows[first][1]:
+                gap_s = (windows[rank][0] - windows[first][1]) / 1e9
+                raise TraceFormatError(
+                    f"rank {rank} was recorded on host {host!r} like rank {first}, but {gap_s:,.1f} s "
+                    f"after rank {first}'s profiled steps ended: the files come from different runs "
+                    "or profiling windows", files.get(rank))
+
+
+def usable_shards(store: ShardStore, ranks: list[int], cache_root: str) -> tuple[list[Shard], list[int]]:
+    """(current shards, ranks whose shard is missing, incomplete or of another version)."""
+    folders = localize(store, ranks, cache_root)
+    shards, stale = [], []
+    for rank in ranks:
+        folder = folders[rank]
+        manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
+            if os.path.exists(os.path.join(folder, MANIFEST)) else None
+        if is_current(manifest) and all(os.path.exists(os.path.join(folder, f"{t}.parquet")) for t in SHARD_TABLES):
+            shards.append(Shard(rank, folder, manifest))
+        else:
+            stale.append(rank)
+    return shards, stale
