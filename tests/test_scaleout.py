@@ -109,16 +109,15 @@ def test_only_changed_stale_or_unfinished_ranks_are_parsed_again(tmp_path):
 
 def test_views_over_shards_give_the_same_analysis(tmp_path, reference, monkeypatch):
     monkeypatch.setattr(reduce, "MATERIALIZE_MAX_BYTES", 0)  # as a big job: views, not copies
+    from traceanalyze.api import analyze
+
     db = tmp_path / "views.duckdb"
-    load_trace_dir(FIXTURES / SCENARIO, db)
+    with analyze(FIXTURES / SCENARIO, db=db, progress=False) as analysis:
+        summary = analysis.summary_dict
     with duckdb.connect(str(db), read_only=True) as con:
         kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
         (storage,) = con.execute("SELECT value FROM load_meta WHERE key = 'storage'").fetchone()
     assert storage == "views" and kinds["raw_events"] == "VIEW" and kinds["ranks"] == "BASE TABLE"
-    from traceanalyze.config import load_config
-    from traceanalyze.pipeline import build_trace_summary
-
-    summary = build_trace_summary(db, str(FIXTURES / SCENARIO), load_config(tmp_path, []))
     assert _loud(summary) == _loud(reference)
     assert summary["steps"] == reference["steps"] and summary["timeline"] == reference["timeline"]
     # the read-only `sql` command reads the views, and still nothing else on disk

@@ -41,8 +41,7 @@ def map_guarded(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutc
     try:
         return MapOutcome(tf.rank, _file(tf), map_rank(tf, shards_root, threads))
     except TraceanalyzeError as exc:
-        text, path = exc.format_message(), exc.path or _file(tf)
-        return MapOutcome(tf.rank, path, None, text[len(path) + 2:] if text.startswith(f"{path}: ") else text)
+        return MapOutcome(tf.rank, exc.path or _file(tf), None, exc.problem)
     except (duckdb.Error, OSError) as exc:
         return MapOutcome(tf.rank, _file(tf), None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 

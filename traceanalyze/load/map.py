@@ -81,7 +81,7 @@ def _build(con, tf: TraceFile, local: TraceFile) -> tuple[RankRead, list[str]]:
         read = read_rank(con, local)
     except TraceanalyzeError as exc:
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
-            raise TraceanalyzeError(str(exc.message).split(": ", 1)[-1], tf.url) from None
+            raise TraceanalyzeError(exc.problem, tf.url) from None
         raise
     _insert_rank(con, tf, read)
     _record_issues(con, tf, read)
