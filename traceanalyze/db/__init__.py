@@ -78,9 +78,33 @@ def connect(path: Path | str, read_only: bool = False, config: dict | None = Non
     except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
         pass
     create_macros(con, temporary=True)
+    bound_views_memory(con)
     if locked:
         _lock(con)
     return con
+
+
+# A database of views over a big shard set (load/reduce.py) is read under this memory limit
+# (TRACEANALYZE_MEMORY_LIMIT overrides): DuckDB would otherwise keep the Parquet it has read
+# cached in up to 80 % of RAM. Queries spill beyond it.
+VIEWS_MEMORY_LIMIT = "1600MB"
+
+
+def bound_views_memory(con: duckdb.DuckDBPyConnection) -> None:
+    """Bound the memory of a connection to a database whose per-rank tables are views."""
+    try:
+        row = con.execute("SELECT value FROM load_meta WHERE key = 'storage'").fetchone()
+    except duckdb.Error:
+        return
+    if not row or row[0] != "views":
+        return
+    import os
+
+    con.execute("SET memory_limit = ?", [os.environ.get("TRACEANALYZE_MEMORY_LIMIT", "").strip() or VIEWS_MEMORY_LIMIT])
+    try:
+        con.execute("SET enable_external_file_cache = false")
+    except duckdb.Error:  # (older DuckDB: no such cache)
+        pass
 
 
 def _lock(con: duckdb.DuckDBPyConnection) -> None:

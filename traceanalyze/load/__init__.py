@@ -206,6 +206,9 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
         raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
     try:
         try:
+            if not materialize:  # (the same bound as the readers of this database: db.bound_views_memory)
+                con.execute("SET memory_limit = ?", [chosen_memory_limit() or tracedb.VIEWS_MEMORY_LIMIT])
+                con.execute("SET enable_external_file_cache = false")
             attach_shards(con, shards, materialize)
             record_notes(con, notes)
             cross_rank(con, shards)
