@@ -6,5 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-native/target}"
 CARGO_TARGET_DIR="$target" cargo build --release --manifest-path native/Cargo.toml
-cp "$target/release/lib_native.so" traceanalyze/_native.abi3.so
+# (a new file renamed into place: a running process keeps the one it loaded)
+cp "$target/release/lib_native.so" traceanalyze/_native.abi3.so.tmp
+mv traceanalyze/_native.abi3.so.tmp traceanalyze/_native.abi3.so
 echo "built traceanalyze/_native.abi3.so"
