@@ -1,21 +1,17 @@
 #!/usr/bin/env python3
 """How fast can the loader's stages go on this machine? Lower bounds for `traceanalyze load`.
 
-The end-to-end benchmark (bench_load.py) times the whole load. This one times its first two
-stages alone, on the same file, to show how much of the budget they take before anything
-is stored or derived:
+The end-to-end benchmark (bench_load.py) times the whole load. This one times its stages
+alone, on the same file, to show where the time goes:
 
-1. split: split.py copying the events into part files (one thread per file, as in a load);
-2. parse: DuckDB's read_json of those parts, with the loader's typed columns, into an
-   in-memory temporary table: nothing written to a database file, no derived table;
-3. parse + store: kineto.insert_events into `raw_events` of a database file, as a load does;
-4. polars: polars' read_ndjson of the same events (NDJSON copies of the parts, made
-   beforehand and not timed) with an equivalent schema, the other columnar JSON reader
-   at hand, for comparison with (2).
+1. read: the file's bytes, block by block (Python reading, the floor of any reader);
+2. parse (1 thread, 2 threads): the native reader (scan + decode into Arrow columns),
+   nothing handed to DuckDB;
+3. parse + store: read_rank into `raw_events` of a database file, as a load does;
+4. tables: the derived tables (db/tables/*.sql) built from that `raw_events`.
 
 Each stage runs in a fresh process (page cache warm), `--repeat` times; the median is
-printed. The bound at the end assumes split and parse overlap perfectly on every core:
-bytes / ((split CPU s + parse CPU s) / cores).
+printed.
 
     python bench/bench_floor.py                      # the 500 MB trace bench_load.py builds
     python bench/bench_floor.py --trace FILE.json --repeat 3
@@ -26,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +37,6 @@ PRELUDE = """
 import json, os, sys, time, glob
 from pathlib import Path
 trace, work = Path(sys.argv[1]), Path(sys.argv[2])
-parts = sorted(glob.glob(str(work / "parts" / "*.json")))
 def timed(fn):
     t, c = time.perf_counter(), os.times()
     fn()
@@ -51,41 +45,41 @@ def timed(fn):
                       "cpu": (c2.user - c.user) + (c2.system - c.system)}))
 """
 STAGES = {
-    "split": """
-from traceanalyze.load.split import split_trace
-out = work / "split-out"
-out.mkdir()
-timed(lambda: split_trace(trace, out))
+    "read": """
+def run():
+    with open(trace, "rb") as fh:
+        while fh.read(8 << 20):
+            pass
+timed(run)
 """,
-    "parse": """
-import duckdb
-from traceanalyze.load import kineto
-con = duckdb.connect()
-columns = kineto.typed_read_json_columns()
-columns[kineto.TS_PREFIX_KEY] = "BIGINT"
-timed(lambda: con.execute("CREATE TEMP TABLE t AS SELECT * FROM read_json($f, format = 'array', columns = $c)",
-                          {"f": parts, "c": columns}))
+    "parse (1 thread)": """
+from traceanalyze import _native
+timed(lambda: _native.TraceReader(str(trace), threads=1).result())
+""",
+    "parse (2 threads)": """
+from traceanalyze import _native
+timed(lambda: _native.TraceReader(str(trace), threads=2).result())
 """,
     "parse + store": """
 import duckdb
 from traceanalyze import db as tracedb
-from traceanalyze.load import kineto
+from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.read import read_rank
 con = duckdb.connect(str(work / "store.duckdb"))
 tracedb.create_schema(con)
+tf = TraceFile(trace, 0, "file name", None, None, trace.stat().st_size, trace.stat().st_mtime_ns)
 def run():
-    kineto.insert_events(con, [(0, p, 0) for p in parts], typed=True)
+    read_rank(con, tf)
     con.execute("CHECKPOINT")
 timed(run)
+con.close()
 """,
-    "polars read_ndjson": """
-import polars as pl
-from traceanalyze.load import kineto
-kind = {"BIGINT": pl.Int64, "INTEGER": pl.Int64}
-args = pl.Struct({key: kind.get(sqltype, pl.Utf8) for key, sqltype in kineto._arg_keys()})
-schema = {**{k: pl.Utf8 for k in kineto.EVENT_COLUMNS}, "ts": pl.Float64, "dur": pl.Float64,
-          kineto.TS_PREFIX_KEY: pl.Int64, "args": args}
-ndjson = sorted(glob.glob(str(work / "ndjson" / "*.ndjson")))
-timed(lambda: pl.concat([pl.scan_ndjson(p, schema=schema) for p in ndjson]).collect())
+    "tables": """
+import duckdb
+from traceanalyze import db as tracedb
+con = duckdb.connect(str(work / "store.duckdb"))
+tracedb.create_macros(con)
+timed(lambda: tracedb.build_tables(con))
 """,
 }
 
@@ -93,27 +87,12 @@ timed(lambda: pl.concat([pl.scan_ndjson(p, schema=schema) for p in ndjson]).coll
 def _run_stage(name: str, trace: Path, work: Path) -> dict:
     code = PRELUDE + STAGES[name]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    for leftover in ("split-out", "store.duckdb", "store.duckdb.wal"):
-        path = work / leftover
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    if name == "parse + store":
+        for leftover in ("store.duckdb", "store.duckdb.wal"):
+            (work / leftover).unlink(missing_ok=True)
     out = subprocess.run([sys.executable, "-c", code, str(trace), str(work)], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _prepare(trace: Path, work: Path) -> int:
-    """Part files (as a load writes them) and their NDJSON copies; returns the events' bytes."""
-    sys.path.insert(0, str(REPO))
-    from traceanalyze.load.split import split_trace
-
-    (work / "parts").mkdir()
-    (work / "ndjson").mkdir()
-    split = split_trace(trace, work / "parts")
-    for part in split.parts:
-        events = json.loads(part.read_bytes())
-        with open(work / "ndjson" / (part.stem + ".ndjson"), "w") as fh:
-            fh.writelines(json.dumps(e) + "\n" for e in events)
-    return split.events_bytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,19 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="traceanalyze-floor-") as tmp:
         work = Path(tmp)
-        events_mb = _prepare(args.trace, work) / 1e6
+        events_mb = args.trace.stat().st_size / 1e6
         rows = {}
         for name in STAGES:
             runs = [_run_stage(name, args.trace, work) for _ in range(args.repeat)]
             rows[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu")}
-    print(f"{args.trace.name}: {events_mb:,.0f} MB of events, {cores} cores, median of {args.repeat}\n")
+    print(f"{args.trace.name}: {events_mb:,.0f} MB of JSON, {cores} cores, median of {args.repeat}\n")
     print("| stage | seconds | MB/s | CPU s | MB per CPU s |")
     print("|---|---:|---:|---:|---:|")
     for name, r in rows.items():
         print(f"| {name} | {r['seconds']:.2f} | {events_mb / r['seconds']:,.0f} | {r['cpu']:.2f} | "
               f"{events_mb / r['cpu']:,.0f} |")
-    bound = events_mb / ((rows["split"]["cpu"] + rows["parse"]["cpu"]) / cores)
-    print(f"\nsplit + parse overlapped perfectly on {cores} cores, nothing stored: at most {bound:,.0f} MB/s")
     return 0
 
 

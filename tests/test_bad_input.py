@@ -308,8 +308,8 @@ GOOD_TEXT = json.dumps({"traceEvents": GOOD})
 @pytest.mark.parametrize("text, events, kinds", [
     ("\ufeff" + GOOD_TEXT, 2, set()),                                                  # a UTF-8 BOM
     ('{"meta": {"traceEvents": [1]}, "traceEvents": ' + json.dumps(GOOD) + "}", 2, set()),  # nested key first
-    (GOOD_TEXT.replace('"ts": 110', '"ts": 110, "ts": 115'), 2, {"unexpected-types"}),  # a duplicate key
-    (GOOD_TEXT + "trailing garbage", 2, {"truncated"}),
+    (GOOD_TEXT.replace('"ts": 110', '"ts": 110, "ts": 115'), 2, {"duplicate-keys"}),  # the last one is read
+    (GOOD_TEXT + "trailing garbage", 2, {"trailing-data"}),
     ('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}", 1, {"no-ph", "unexpected-types"}),
     ('{"traceEvents": [' + json.dumps(GOOD[0]) + ", " + "[" * 100_000, 1, {"truncated"}),  # deep and cut
 ], ids=["bom", "nested-traceEvents", "duplicate-key", "trailing-garbage", "deep-nesting", "deep-and-cut"])
@@ -319,6 +319,8 @@ def test_odd_json_layouts(tmp_path, text, events, kinds):
     assert set(issues(db)) - {"rank-from-name"} == kinds
     if not kinds:
         assert q(db, "SELECT name, ts_ns, dur_ns FROM cpu_ops") == [("aten::mm", 110_000, 10_000)]
+    if kinds == {"duplicate-keys"}:
+        assert q(db, "SELECT name, ts_ns FROM cpu_ops") == [("aten::mm", 115_000)]
 
 
 # ---------------------------------------------------------------- wrong types inside a real trace

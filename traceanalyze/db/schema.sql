@@ -52,7 +52,8 @@ CREATE TABLE raw_events (
     addr VARCHAR,               -- args.Addr of [memory] events
     label VARCHAR,              -- args.name of metadata events (process / thread names)
     labels VARCHAR,             -- args.labels of metadata events
-    sync_kind VARCHAR           -- args.cuda_sync_kind of cuda_sync events
+    sync_kind VARCHAR,          -- args.cuda_sync_kind of cuda_sync events
+    other_args VARCHAR          -- every other args key, as a JSON object text (NULL when none): nothing is lost
 );
 
 -- Everything odd the loader saw: skipped files, truncations, malformed events, notes.

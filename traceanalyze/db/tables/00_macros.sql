@@ -43,7 +43,7 @@ CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
 
 -- elements of the first tensor in an "Input Dims" JSON list, e.g. '[[8, 512], []]' -> 4096
 CREATE OR REPLACE MACRO first_input_numel(input_dims) AS (
-    list_product(TRY_CAST(json_extract(input_dims, '$[0]') AS BIGINT[]))::BIGINT
+    list_product(TRY_CAST(json_extract(TRY_CAST(input_dims AS JSON), '$[0]') AS BIGINT[]))::BIGINT
 );
 
 -- what a collective moves, from `collectives.bytes` (the rank's input): an all-gather produces

@@ -7,10 +7,10 @@ WITH forwards AS (   -- one row per DDP forward pass (micro-batch) on the host
     WHERE name = 'DistributedDataParallel.forward' AND NOT on_gpu AND step IS NOT NULL
 ),
 lookups AS (         -- embedding lookups with integer ids [batch, seq_len]
-    SELECT rank, step, ts_ns, TRY_CAST(json_extract(input_dims, '$[1]') AS BIGINT[]) AS ids
+    SELECT rank, step, ts_ns, TRY_CAST(json_extract(TRY_CAST(input_dims AS JSON), '$[1]') AS BIGINT[]) AS ids
     FROM cpu_ops
     WHERE name = 'aten::embedding' AND step IS NOT NULL
-      AND json_extract_string(input_type, '$[1]') IN ('long int', 'long', 'int')
+      AND json_extract_string(TRY_CAST(input_type AS JSON), '$[1]') IN ('long int', 'long', 'int')
 ),
 pass_ids AS (        -- the largest lookup of each forward pass (several tables may read the same ids)
     SELECT l.rank, l.step, coalesce(f.pass, 0) AS pass, arg_max(l.ids, list_product(l.ids)) AS ids
@@ -22,10 +22,10 @@ pass_ids AS (        -- the largest lookup of each forward pass (several tables 
 ),
 pass_inputs AS (     -- else: the leading dim of the first shaped input inside each forward pass
     SELECT f.rank, f.step, f.pass,
-           arg_min(TRY_CAST(json_extract(o.input_dims, '$[0]') AS BIGINT[])[1], o.ts_ns) AS samples
+           arg_min(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]') AS BIGINT[])[1], o.ts_ns) AS samples
     FROM forwards AS f
     JOIN cpu_ops AS o ON o.rank = f.rank AND o.tid = f.tid AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns
-    WHERE len(TRY_CAST(json_extract(o.input_dims, '$[0]') AS BIGINT[])) >= 1
+    WHERE len(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]') AS BIGINT[])) >= 1
     GROUP BY ALL
 ),
 by_ids AS (
@@ -35,12 +35,12 @@ by_ids AS (
 by_inputs AS (SELECT rank, step, sum(samples) AS samples FROM pass_inputs GROUP BY ALL),
 collated AS (        -- padding visible: per-sample int64 id copies into the padded batch inside the DataLoader
     SELECT d.rank, d.step, count(*) AS samples,
-           sum(TRY_CAST(json_extract(o.input_dims, '$[0][0]') AS BIGINT)) AS tokens
+           sum(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0][0]') AS BIGINT)) AS tokens
     FROM annotations AS d
     JOIN cpu_ops AS o ON o.rank = d.rank AND o.tid = d.tid AND o.ts_ns >= d.ts_ns AND o.ts_ns < d.end_ns
     WHERE d.name LIKE 'enumerate(DataLoader)#%' AND NOT d.on_gpu AND o.name = 'aten::copy_'
-      AND json_extract_string(o.input_type, '$[0]') = 'long int'
-      AND json_array_length(json_extract(o.input_dims, '$[0]')) = 1
+      AND json_extract_string(TRY_CAST(o.input_type AS JSON), '$[0]') = 'long int'
+      AND json_array_length(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]')) = 1
     GROUP BY d.rank, d.step
 )
 SELECT

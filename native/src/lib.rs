@@ -1,0 +1,29 @@
+//! traceanalyze._native: a streaming reader of Kineto / Chrome trace JSON.
+//!
+//! Stages, one module each: `reader` (bytes, gzip) -> `scan` (layout, event spans) ->
+//! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches); `trace`
+//! drives them for one file. `python` is the PyO3 boundary (no panic crosses it).
+
+pub mod columns;
+pub mod events;
+#[cfg(feature = "python")]
+mod python;
+pub mod reader;
+pub mod scan;
+pub mod trace;
+pub mod values;
+
+pub use trace::{Limits, Outcome, TraceError, TraceParser};
+
+/// Read a whole file (tests, fuzzing): every batch and the outcome, or the error.
+pub fn read_all(
+    path: &std::path::Path,
+    limits: Limits,
+) -> Result<(Vec<arrow_array::RecordBatch>, Outcome), TraceError> {
+    let mut parser = TraceParser::open(path, limits)?;
+    let mut batches = Vec::new();
+    while let Some(b) = parser.next_batch()? {
+        batches.push(b);
+    }
+    Ok((batches, parser.outcome))
+}

@@ -1,0 +1,219 @@
+//! The PyO3 boundary: `TraceReader(path, ...)` is an Arrow C stream (`__arrow_c_stream__`,
+//! scanned by DuckDB) of the file's events; `result()` then gives the metadata, counts and
+//! notes. A panic is caught here and becomes an error message, never a Python crash.
+
+use std::ffi::CString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyList};
+
+use crate::columns::{schema, COLUMNS, FIRST_ARG};
+use crate::events::ARG_KEYS;
+use crate::trace::{BatchIter, Limits, Outcome, TraceError, TraceParser};
+
+struct Shared {
+    parser: Option<TraceParser>,
+    outcome: Option<Outcome>,
+    error: Option<TraceError>,
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    let text = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into());
+    format!("internal error in the trace reader (a bug, please report it): {text}")
+}
+
+impl Shared {
+    fn next(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        if let Some(e) = &self.error {
+            return Err(ArrowError::ExternalError(e.message.clone().into()));
+        }
+        let Some(parser) = self.parser.as_mut() else {
+            return Ok(None);
+        };
+        let got = catch_unwind(AssertUnwindSafe(|| parser.next_batch())).unwrap_or_else(|p| {
+            Err(TraceError {
+                message: panic_message(p),
+                offset: None,
+            })
+        });
+        match got {
+            Ok(Some(b)) => Ok(Some(b)),
+            Ok(None) => {
+                self.outcome = self.parser.take().map(|p| p.outcome);
+                Ok(None)
+            }
+            Err(e) => {
+                self.parser = None;
+                let message = e.message.clone();
+                self.error = Some(e);
+                Err(ArrowError::ExternalError(message.into()))
+            }
+        }
+    }
+}
+
+/// A trace file's events as an Arrow C stream (read once, as it is consumed).
+#[pyclass(module = "traceanalyze._native")]
+struct TraceReader {
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[pymethods]
+impl TraceReader {
+    #[new]
+    #[pyo3(signature = (path, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
+                        min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
+                        max_item_bytes = 1 << 30))]
+    fn new(
+        path: &str,
+        threads: usize,
+        block_bytes: usize,
+        max_expansion: u64,
+        min_allowance_bytes: u64,
+        max_metadata_value_bytes: usize,
+        max_item_bytes: usize,
+    ) -> PyResult<Self> {
+        let limits = Limits {
+            block_bytes: block_bytes.max(1 << 12),
+            max_expansion,
+            min_allowance_bytes,
+            max_metadata_value_bytes,
+            threads,
+            max_item_bytes,
+            ..Limits::default()
+        };
+        let opened =
+            catch_unwind(|| TraceParser::open(Path::new(path), limits)).unwrap_or_else(|p| {
+                Err(TraceError {
+                    message: panic_message(p),
+                    offset: None,
+                })
+            });
+        let parser = opened.map_err(|e| PyValueError::new_err(e.message))?;
+        Ok(TraceReader {
+            shared: Arc::new(Mutex::new(Shared {
+                parser: Some(parser),
+                outcome: None,
+                error: None,
+            })),
+        })
+    }
+
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<PyObject>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema;
+        let shared = self.shared.clone();
+        let iter = BatchIter {
+            schema: schema(),
+            next: move || {
+                shared
+                    .lock()
+                    .map_err(|_| ArrowError::ExternalError("poisoned".into()))?
+                    .next()
+            },
+        };
+        let stream = FFI_ArrowArrayStream::new(Box::new(iter));
+        PyCapsule::new(
+            py,
+            stream,
+            Some(CString::new("arrow_array_stream").expect("no NUL")),
+        )
+    }
+
+    /// Read the rest (if a consumer stopped early) and return what the file held besides its
+    /// events; raises ValueError with the one-line problem if the file could not be read.
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut shared = self
+            .shared
+            .lock()
+            .map_err(|_| PyValueError::new_err("poisoned"))?;
+        while shared.parser.is_some() {
+            let _ = shared.next();
+        }
+        if let Some(e) = &shared.error {
+            let err = PyValueError::new_err(e.message.clone());
+            err.value(py).setattr("offset", e.offset)?;
+            return Err(err);
+        }
+        let o = shared.outcome.clone().unwrap_or_default();
+        let d = PyDict::new(py);
+        d.set_item(
+            "metadata",
+            PyList::new(py, o.metadata.iter().map(|(k, v)| (k.clone(), v.clone())))?,
+        )?;
+        d.set_item("events", o.events)?;
+        d.set_item("events_bytes", o.events_bytes)?;
+        d.set_item("truncated_at_byte", o.truncated_at_byte)?;
+        d.set_item("lost_bytes", o.lost_bytes)?;
+        d.set_item("base_ns", o.base_ns)?;
+        d.set_item("gzip", o.gzip)?;
+        d.set_item(
+            "notes",
+            PyList::new(
+                py,
+                o.notes.iter().map(|(k, m, n)| (k.clone(), m.clone(), *n)),
+            )?,
+        )?;
+        let t = &o.tally;
+        let tally = PyDict::new(py);
+        for (k, v) in [
+            ("non_objects", t.non_objects),
+            ("args_not_object", t.args_not_object),
+            ("duplicate_keys", t.duplicate_keys),
+            ("non_finite", t.non_finite),
+            ("too_deep", t.too_deep),
+            ("invalid_utf8", t.invalid_utf8),
+            ("bad_step_numbers", t.bad_step_numbers),
+        ] {
+            tally.set_item(k, v)?;
+        }
+        let bad_args = PyDict::new(py);
+        for (i, n) in t.bad_args.iter().enumerate() {
+            if *n > 0 {
+                bad_args.set_item(ARG_KEYS[i], *n)?;
+            }
+        }
+        tally.set_item("bad_args", bad_args)?;
+        d.set_item("tally", tally)?;
+        Ok(d)
+    }
+}
+
+/// The metadata value `raw` (JSON text) if it decodes within serde_json's depth limit (128),
+/// else None: deep values are skipped with a note instead of costing the file.
+#[pyfunction]
+fn checked_metadata(raw: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(raw)
+        .ok()
+        .map(|_| raw.to_string())
+}
+
+/// Column names of the batches, in order.
+#[pyfunction]
+fn columns() -> Vec<&'static str> {
+    let _ = FIRST_ARG;
+    COLUMNS.iter().map(|(n, _)| *n).collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TraceReader>()?;
+    m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(columns, m)?)?;
+    Ok(())
+}

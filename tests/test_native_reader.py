@@ -1,0 +1,95 @@
+"""raw_events, row for row, against an independent reading of the JSON with Python's json
+module (times through Decimal, so exact to the ns), on every recorded fixture and real trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from decimal import ROUND_HALF_UP, Decimal
+
+import duckdb
+import pytest
+from conftest import FIXTURES, REAL_TRACES
+
+import traceanalyze.load as load
+
+FOLDERS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable") \
+    + sorted(p for p in FIXTURES.iterdir() if p.is_dir())
+TEXT_KEYS = [("ph", "ph"), ("cat", "cat"), ("name", "name"), ("pid", "pid"), ("tid", "tid"), ("id", "flow_id")]
+INT_ARGS = [("External id", "external_id"), ("correlation", "correlation"), ("device", "device"),
+            ("stream", "stream"), ("Sequence number", "seq_number"), ("Fwd thread id", "fwd_thread_id"),
+            ("In msg nelems", "in_msg_nelems"), ("Out msg nelems", "out_msg_nelems"), ("Seq", "collective_seq")]
+TEXT_ARGS = [("Collective name", "collective_name"), ("dtype", "dtype"), ("name", "label"),
+             ("cuda_sync_kind", "sync_kind")]
+TYPED = {"External id", "external id", "correlation", "device", "stream", "bytes", "Bytes", "Input Dims",
+         "Input type", "Sequence number", "Fwd thread id", "Collective name", "In msg nelems", "Out msg nelems",
+         "dtype", "Group size", "Process Group Name", "Process Group Description", "Process Group Ranks", "Seq",
+         "Total Allocated", "Total Reserved", "Device Type", "Device Id", "Addr", "name", "labels", "cuda_sync_kind"}
+COLUMNS = ["ts_ns", "dur_ns"] + [c for _, c in TEXT_KEYS + INT_ARGS + TEXT_ARGS] + ["bytes", "input_dims", "other_args"]
+
+
+def _ns(value) -> int | None:
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        return int((Decimal(value) * 1000).to_integral_value(ROUND_HALF_UP))
+    return None
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _int(value) -> int | None:
+    """As documented for integer args: a JSON integer, or a string holding one (also 0x hex)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text, 16) if text.lower().startswith("0x") else int(text)
+        except ValueError:
+            return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63 else None
+
+
+def expected_rows(top: dict) -> list[tuple]:
+    base = top.get("baseTimeNanoseconds", 0)
+    rows = []
+    for e in top["traceEvents"]:
+        args = e.get("args") or {}
+        ts, dur = _ns(e.get("ts")), _ns(e.get("dur"))
+        row = {"ts_ns": None if ts is None else ts + base, "dur_ns": dur}
+        row |= {col: _text(e.get(key)) for key, col in TEXT_KEYS}
+        row |= {col: _int(args.get(key)) for key, col in INT_ARGS}
+        row |= {col: _text(args.get(key)) for key, col in TEXT_ARGS}
+        # the other spellings: read when the first one is absent (or not an integer)
+        for key, other, col in (("External id", "external id", "external_id"), ("bytes", "Bytes", "bytes")):
+            row[col] = _int(args.get(key)) if _int(args.get(key)) is not None else _int(args.get(other))
+        dims = args.get("Input Dims")
+        row["input_dims"] = None if dims is None else json.dumps(dims, separators=(",", ":"))
+        others = {k: v for k, v in args.items() if k not in TYPED}
+        row["other_args"] = json.dumps(others, sort_keys=True, default=str) if others else None
+        rows.append(tuple(row[c] for c in COLUMNS))
+    return rows
+
+
+def _normalized_other_args(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return json.dumps(json.loads(text, parse_float=Decimal), sort_keys=True, default=str)  # (numbers as written)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_raw_events_equal_an_independent_parse(folder, tmp_path):
+    db = tmp_path / "t.duckdb"
+    load.load_trace_dir(folder, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        files = con.execute("SELECT rank, file FROM ranks").fetchall()
+        for rank, file in files:
+            raw = open(file, "rb").read()
+            top = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw, parse_float=Decimal)
+            want = Counter(expected_rows(top))
+            got_rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM raw_events WHERE rank = ?", [rank]).fetchall()
+            got = Counter(tuple(r[:-1]) + (_normalized_other_args(r[-1]),) for r in got_rows)
+            assert sum(want.values()) > 0
+            assert got == want, (file, list((got - want).items())[:3], list((want - got).items())[:3])

@@ -1,0 +1,1 @@
+../../../rules/allreduce-not-overlapped/detect.sql

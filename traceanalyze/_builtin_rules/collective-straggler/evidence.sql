@@ -1,0 +1,1 @@
+../../../rules/collective-straggler/evidence.sql

@@ -1,0 +1,1 @@
+../../../rules/comm-dominated/evidence.sql

@@ -1,0 +1,1 @@
+../../../rules/dataloader-stall/detect.sql

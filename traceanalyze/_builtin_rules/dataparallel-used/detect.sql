@@ -1,0 +1,1 @@
+../../../rules/dataparallel-used/detect.sql

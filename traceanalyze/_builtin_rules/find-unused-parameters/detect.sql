@@ -1,0 +1,1 @@
+../../../rules/find-unused-parameters/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/find-unused-parameters/evidence.sql

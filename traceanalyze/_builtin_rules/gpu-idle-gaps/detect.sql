@@ -1,0 +1,1 @@
+../../../rules/gpu-idle-gaps/detect.sql

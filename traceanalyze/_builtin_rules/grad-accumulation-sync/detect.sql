@@ -1,0 +1,1 @@
+../../../rules/grad-accumulation-sync/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/host-sync/detect.sql

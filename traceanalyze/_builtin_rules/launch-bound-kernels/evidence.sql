@@ -1,0 +1,1 @@
+../../../rules/launch-bound-kernels/evidence.sql

@@ -1,0 +1,1 @@
+../../../rules/memory-creep/evidence.sql

@@ -1,0 +1,1 @@
+../../../rules/pageable-memcpy/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/step-jitter/evidence.sql

@@ -1,0 +1,1 @@
+../../../rules/sync-batchnorm-cost/evidence.sql

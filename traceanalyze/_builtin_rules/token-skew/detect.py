@@ -1,0 +1,1 @@
+../../../rules/token-skew/detect.py

@@ -1,0 +1,1 @@
+../../../rules/too-many-collectives/detect.sql
