@@ -8,6 +8,7 @@ cases, and be explained by `traceanalyze explain`.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -152,6 +153,20 @@ def test_rules_command_lists_every_rule_with_parameters():
 
 def test_builtin_rules_dir_is_the_checkout_rules_folder_in_a_source_tree():
     assert (builtin_rules_dir() / "collective-straggler" / "rule.yaml").is_file()
+
+
+def test_the_packaged_rule_pack_links_every_file_of_rules():
+    """traceanalyze/_builtin_rules (what the wheel ships) mirrors rules/ file for file
+    (scripts/link-rules.sh makes the links): a rule added to rules/ is never missing from an install."""
+    root = Path(__file__).resolve().parent.parent
+    source = sorted(p.relative_to(root / "rules") for p in (root / "rules").rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts)
+    packaged = root / "traceanalyze" / "_builtin_rules"
+    linked = sorted(p.relative_to(packaged) for p in packaged.rglob("*")
+                    if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.parts)
+    assert linked == source
+    for rel in linked:
+        assert (packaged / rel).resolve() == (root / "rules" / rel).resolve(), rel
 
 
 # --- configuration ------------------------------------------------------------------------------

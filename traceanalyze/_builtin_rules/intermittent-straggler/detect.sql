@@ -1,0 +1,1 @@
+../../../rules/intermittent-straggler/detect.sql

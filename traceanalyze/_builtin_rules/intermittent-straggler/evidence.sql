@@ -1,0 +1,1 @@
+../../../rules/intermittent-straggler/evidence.sql

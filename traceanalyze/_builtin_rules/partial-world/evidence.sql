@@ -1,0 +1,1 @@
+../../../rules/partial-world/evidence.sql
