@@ -85,8 +85,9 @@ def run(*args, cwd: Path, env: dict | None = None, timeout: float = CASE_TIMEOUT
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "traceanalyze", *map(str, args)], cwd=cwd,
                                 env=full_env, stdout=out, stderr=err, preexec_fn=limits)
-    start, staging_peak, sent = time.monotonic(), 0, False
+    start, staging_peak, sent, hwm = time.monotonic(), 0, False, 0
     while True:
+        hwm = max(hwm, _vm_hwm_bytes(proc.pid))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -106,8 +107,21 @@ def run(*args, cwd: Path, env: dict | None = None, timeout: float = CASE_TIMEOUT
     err_path.unlink()
     if signal_after:
         assert sent, f"never saw {signal_after[0]!r}: {stderr}"
-    return Run(proc.returncode, stdout, stderr, usage.ru_maxrss * 1024, time.monotonic() - start,
+    # the child's own high-water mark after exec (ru_maxrss also counts the pages of this test
+    # process that the fork copied before exec); ru_maxrss when /proc gave nothing
+    return Run(proc.returncode, stdout, stderr, hwm or usage.ru_maxrss * 1024, time.monotonic() - start,
                staging_peak)
+
+
+def _vm_hwm_bytes(pid: int) -> int:
+    """VmHWM (peak resident set) of a running process, from /proc; 0 when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -187,7 +201,6 @@ def test_distributed_info_nested_100k_deep(box, command):
     assert_clean(r, 0)
 
 
-@NATIVE
 def test_deeply_nested_distributed_info_does_not_mark_the_file_truncated(box):
     work, staging = box
     folder = gen.deep_distributed_info(work / "t")
@@ -309,7 +322,7 @@ def test_a_signal_during_a_load_cleans_up(box, big, sig, rc, word):
     work, staging = box
     out = work / "o"
     r = run("load", big, "--db", out / "trace.duckdb", cwd=work, staging=staging,
-            signal_after=("splitting and parsing", sig))
+            signal_after=("parsing", sig))
     assert_clean(r, rc)
     assert r.stderr.strip().splitlines()[-1] == word
     no_leftovers(out, staging, keep=set())
@@ -411,7 +424,6 @@ def test_check_on_a_heavily_truncated_rank_does_not_pass(box):
 
 # ---------------------------------------------------------------- the trace reader (NATIVE)
 
-@NATIVE
 def test_a_header_with_20000_keys_loads_in_linear_time(box):
     work, staging = box
     folder = gen.wide_header(work / "t", keys=20_000)
@@ -419,7 +431,6 @@ def test_a_header_with_20000_keys_loads_in_linear_time(box):
     assert_clean(r, 0)
 
 
-@NATIVE
 def test_a_whitespace_gzip_bomb_stays_within_the_staging_budget(box):
     work, staging = box
     folder = gen.whitespace_gzip_bomb(work / "t", gib=1.0)
@@ -435,31 +446,28 @@ def _loaded_issues(work: Path, staging: Path, folder: Path) -> list[tuple]:
     return load_issues(work / "t.duckdb")
 
 
-@NATIVE
 def test_duplicate_keys_are_reported(box):
     work, staging = box
     issues = _loaded_issues(work, staging, gen.duplicate_keys(work / "t"))
     assert any("duplicate" in (i[2] + i[4]).lower() and (i[5] or 0) >= 1 for i in issues), issues
 
 
-@NATIVE
 @pytest.mark.parametrize("make, field", [(gen.nan_external_id, "External id"),
                                          (gen.huge_external_id, "External id"),
                                          (gen.huge_sequence_number, "Sequence number")])
 def test_out_of_range_ids_are_counted(box, make, field):
     work, staging = box
     issues = _loaded_issues(work, staging, make(work / "t"))
-    assert any(field in i[4] and i[5] == 1 for i in issues), issues
+    # named by its field, or counted with the other NaN / Infinity values (not JSON) it was read among
+    assert any((field in i[4] or i[2] == "non-finite") and i[5] == 1 for i in issues), issues
 
 
-@NATIVE
 def test_metadata_nested_deeper_than_1000_is_not_a_truncation(box):
     work, staging = box
     issues = _loaded_issues(work, staging, gen.deep_metadata(work / "t"))
     assert not [i for i in issues if i[2] in ("truncated", "clock-offset")], issues
 
 
-@NATIVE
 def test_a_31_digit_step_number_is_read_or_reported(box):
     work, staging = box
     issues = _loaded_issues(work, staging, gen.long_step_number(work / "t"))

@@ -188,10 +188,16 @@ def test_a_256_rank_job_stays_a_small_readable_page():
                                  for st in s["steps"]["aligned"] for r in range(256)]
     page = render_html(build_context(s, DB_SHOWN))
     assert len(page) < 2_000_000
-    for chart in ("chart-timeline", "chart-lateness", "chart-phases"):
+    for chart in ("chart-timeline", "chart-phases"):
         start = page.index(f'id="{chart}"')
         svg = page[start:page.index("</svg>", start)]
         labels = re.findall(r"<text[^>]*>rank (\d+)</text>", svg)
         assert "201" in labels  # the straggler is never left out
         assert 8 <= len(labels) <= 32
+    # the heatmap bins consecutive ranks into at most 32 rows; the straggler's row is one of them
+    start = page.index('id="chart-lateness"')
+    svg = page[start:page.index("</svg>", start)]
+    bins = [(int(lo), int(hi)) for lo, hi in re.findall(r"<text[^>]*>ranks (\d+)-(\d+)</text>", svg)]
+    assert 8 <= len(bins) <= 32 and bins[0][0] == 0 and bins[-1][1] == 255
+    assert any(lo <= 201 <= hi for lo, hi in bins)
     assert "showing 32 of 256 ranks" in page or "of 256 ranks" in page
