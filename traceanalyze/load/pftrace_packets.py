@@ -83,15 +83,19 @@ def walk_packets(blocks: Iterator[bytes], state: dict) -> Iterator[bytes]:
     state["left"] = len(buf)
 
 
+MAX_INFLATED_BYTES = 64 << 20  # one compressed_packets chunk (Perfetto writes ~1 MB ones)
+
+
 def _inflate(data: bytes, budget: list[int], path: Path) -> bytes:
-    d = zlib.decompressobj()
+    """One compressed_packets chunk, inflated within the file's budget and MAX_INFLATED_BYTES."""
+    cap = min(budget[0], MAX_INFLATED_BYTES)
     try:
-        out = d.decompress(data, budget[0] + 1)
+        out = zlib.decompressobj().decompress(data, cap + 1)
     except zlib.error:
         raise ValueError("undecodable compressed_packets") from None
+    if len(out) > cap:
+        raise TraceFormatError(f"compressed packets expand beyond {cap >> 20} MiB (a zip bomb?)", str(path))
     budget[0] -= len(out)
-    if budget[0] < 0:
-        raise TraceFormatError("compressed packets expand beyond the bound (a zip bomb?)", str(path))
     return out
 
 
