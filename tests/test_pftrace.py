@@ -96,7 +96,11 @@ def test_converted_traces_give_the_same_tables_and_findings(folder: Path, tmp_pa
         (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     assert events == count_json_events(folder)  # every event of the JSON, one row each
     assert pf_run.summary["findings"] == json_run.summary["findings"]
-    assert pf_run.summary["ranks"] == json_run.summary["ranks"]
+    assert without_files(pf_run.summary["ranks"]) == without_files(json_run.summary["ranks"])
+
+
+def without_files(ranks: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "file"} for r in ranks]
 
 
 def test_gzipped_compressed_packets_and_interning_resets_read_the_same(tmp_path: Path):

@@ -35,7 +35,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, Track
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.formats import RankRead
 from traceanalyze.load.kineto import ARG_ALIASES, ARG_FIELDS
-from traceanalyze.load.pftrace_packets import PacketReader, annotation_value, metadata_of, value_text
+from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of
 
 BATCH_ROWS = 200_000
 TIME_LIMIT_NS = 1 << 62  # (as the JSON reading: beyond it a time is malformed, NULL)
@@ -162,7 +162,7 @@ class _Reading:
             else:
                 value = getattr(desc, field)
             args = list(NO_ARGS)
-            if key is not None:
+            if key is not None:  # (process_labels: text; names: text)
                 args[ARG_INDEX[key]] = value
             tid = "0" if which == "process" else None
             self.add(("M", None, event, None, tid, d.uuid, ts, None, None, *args))
@@ -171,15 +171,16 @@ class _Reading:
         if not te.debug_annotations:
             return NO_ARGS
         args = list(NO_ARGS)
+        names = seq.ann_names
         for ann in te.debug_annotations:
-            key = ann.name if ann.HasField("name") else seq.ann_names.get(ann.name_iid)
-            at = ARG_INDEX.get(key)
+            iid = ann.name_iid
+            at = ARG_INDEX.get(names.get(iid) if iid else ann.name)
             if at is None:
                 continue
-            if ann.HasField("string_value_iid"):
+            if ann.string_value_iid:
                 args[at] = seq.ann_strings.get(ann.string_value_iid)
             else:
-                args[at] = value_text(annotation_value(ann))
+                args[at] = annotation_text(ann)
         return tuple(args)
 
     def _names(self, te, seq: _Sequence) -> tuple[str | None, str | None]:

@@ -234,10 +234,13 @@ def annotation_value(ann: DebugAnnotation, depth: int = 0):
             return [annotation_value(v, depth + 1) for v in ann.array_values]
         return None
     if kind == "legacy_json_value":
+        text = ann.legacy_json_value
+        if text in LEGACY_CONSTANTS:
+            return LEGACY_CONSTANTS[text]()
         try:
-            return json.loads(ann.legacy_json_value)
+            return json.loads(text)
         except ValueError:
-            return ann.legacy_json_value
+            return text
     if kind == "nested_value":
         return None
     if kind == "pointer_value":
@@ -245,8 +248,22 @@ def annotation_value(ann: DebugAnnotation, depth: int = 0):
     return getattr(ann, kind)
 
 
+LEGACY_CONSTANTS = {"[]": list, "{}": dict, "null": lambda: None}
+
+
+def annotation_text(ann: DebugAnnotation) -> str | None:
+    """A debug annotation as DuckDB's JSON reader gives the value to a VARCHAR column (the
+    loader then TRY_CASTs it, as for the JSON): strings as they are, numbers and bools as JSON
+    text, arrays and dicts as compact JSON."""
+    kind = ann.WhichOneof("value")
+    if kind == "string_value":
+        return ann.string_value
+    if kind == "int_value":
+        return str(ann.int_value)
+    return value_text(annotation_value(ann))
+
+
 def value_text(value) -> str | None:
-    """A value as DuckDB's JSON reader gives it to a VARCHAR column (then TRY_CAST in SQL)."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
