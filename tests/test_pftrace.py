@@ -297,3 +297,22 @@ def test_our_merged_perfetto_trace_reads_back(tmp_path: Path):
     assert x == begins > 0 and c == counters
     assert processes == names == {"rank 0"}
     assert steps_track > 0  # the steps track (a named child track) keeps its name as the tid
+
+
+def test_invalid_utf8_and_odd_phases_do_not_break_the_read(tmp_path: Path):
+    track = pb.TracePacket(trusted_packet_sequence_id=1)
+    track.track_descriptor.uuid = 5
+    track.track_descriptor.thread.pid, track.track_descriptor.thread.tid = 1, 2
+    event = pb.TracePacket(timestamp=1000, trusted_packet_sequence_id=1)
+    event.track_event.type = pb.TrackEvent.TYPE_INSTANT
+    event.track_event.track_uuid = 5
+    event.track_event.name = "Xbc"
+    odd = pb.TracePacket(timestamp=2000, trusted_packet_sequence_id=1)
+    odd.track_event.track_uuid = 5
+    odd.track_event.legacy_event.phase = -7  # not a Chrome phase
+    data = b"".join(conv.frame(p.SerializeToString()) for p in (track, event, odd)).replace(b"Xbc", b"\xffbc")
+    path = tmp_path / "rank0.pftrace"
+    path.write_bytes(data)
+    got, rows = read(path)
+    assert [(r[1], r[3], r[4], r[5], r[6]) for r in rows] == [("i", "\ufffdbc", "1", "2", 1000)]
+    assert ("unknown-event-type", 1) in {(k, n) for k, _, n in got.notes}

@@ -35,7 +35,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, Track
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.formats import RankRead
 from traceanalyze.load.kineto import ARG_ALIASES, ARG_FIELDS
-from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of
+from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of, text_of
 
 BATCH_ROWS = 200_000
 TIME_LIMIT_NS = 1 << 62  # (as the JSON reading: beyond it a time is malformed, NULL)
@@ -129,11 +129,11 @@ class _Reading:
     @staticmethod
     def _intern(seq: _Sequence, data) -> None:
         for entry in data.event_names:
-            seq.names[entry.iid] = entry.name
+            seq.names[entry.iid] = text_of(entry.name)
         for entry in data.event_categories:
-            seq.cats[entry.iid] = entry.name
+            seq.cats[entry.iid] = text_of(entry.name)
         for entry in data.debug_annotation_names:
-            seq.ann_names[entry.iid] = entry.name
+            seq.ann_names[entry.iid] = text_of(entry.name)
         for entry in data.debug_annotation_string_values:
             seq.ann_strings[entry.iid] = entry.str.decode("utf-8", errors="replace")
 
@@ -142,7 +142,7 @@ class _Reading:
         if d.HasField("parent_uuid"):
             info["parent"] = d.parent_uuid
         if d.HasField("name"):
-            info["name"] = d.name
+            info["name"] = text_of(d.name)
         if d.HasField("counter"):
             info["counter"] = True
         if d.HasField("process") and d.process.HasField("pid"):
@@ -156,11 +156,12 @@ class _Reading:
             if field == "process_labels":
                 if not desc.process_labels:
                     continue
-                value = ",".join(desc.process_labels)
+                value = ",".join(map(text_of, desc.process_labels))
             elif not desc.HasField(field):
                 continue
             else:
                 value = getattr(desc, field)
+                value = text_of(value) if key is not None else value
             args = list(NO_ARGS)
             if key is not None:  # (process_labels: text; names: text)
                 args[ARG_INDEX[key]] = value
@@ -174,7 +175,7 @@ class _Reading:
         names = seq.ann_names
         for ann in te.debug_annotations:
             iid = ann.name_iid
-            at = ARG_INDEX.get(names.get(iid) if iid else ann.name)
+            at = ARG_INDEX.get(names.get(iid) if iid else text_of(ann.name))
             if at is None:
                 continue
             if ann.string_value_iid:
@@ -186,14 +187,14 @@ class _Reading:
     def _names(self, te, seq: _Sequence) -> tuple[str | None, str | None]:
         which = te.WhichOneof("name_field")
         if which == "name":
-            name = te.name
+            name = text_of(te.name)
         elif which == "name_iid":
             name = seq.names.get(te.name_iid)
             if name is None:
                 self.counts["unknown-interned"] += 1
         else:
             name = None
-        cats = list(te.categories)
+        cats = [text_of(c) for c in te.categories]
         for iid in te.category_iids:
             cat = seq.cats.get(iid)
             if cat is None:
@@ -215,6 +216,9 @@ class _Reading:
             return
         name, cat = self._names(te, seq)
         legacy = te.legacy_event.phase if te.HasField("legacy_event") else 0
+        if legacy and not 0x21 <= legacy <= 0x7E:  # a Chrome phase is one printable ASCII letter
+            self.counts["unknown-event-type"] += 1
+            return
         if legacy:
             ev = te.legacy_event
             pid = str(ev.pid_override) if ev.HasField("pid_override") else None

@@ -170,17 +170,24 @@ def _head(path: Path, limit: int) -> Iterator[bytes]:
         return
 
 
+def text_of(value) -> str:
+    """A protobuf string field: upb hands back bytes when they are not valid UTF-8."""
+    return value if type(value) is str else bytes(value).decode("utf-8", errors="replace")
+
+
 def metadata_of(packet: TracePacket) -> dict:
     out = {}
     for entry in packet.chrome_events.metadata:
         kind = entry.WhichOneof("value")
         if kind == "json_value":
             try:
-                out[entry.name] = json.loads(entry.json_value)
-            except ValueError:
-                out[entry.name] = None
+                out[text_of(entry.name)] = json.loads(entry.json_value)
+            except (ValueError, RecursionError):
+                out[text_of(entry.name)] = None
+        elif kind == "string_value":
+            out[text_of(entry.name)] = text_of(entry.string_value)
         elif kind is not None:
-            out[entry.name] = getattr(entry, kind)
+            out[text_of(entry.name)] = getattr(entry, kind)
     return out
 
 
@@ -229,22 +236,24 @@ def annotation_value(ann: DebugAnnotation, depth: int = 0):
     kind = ann.WhichOneof("value")
     if kind is None:
         if ann.dict_entries:
-            return {e.name: annotation_value(e, depth + 1) for e in ann.dict_entries}
+            return {text_of(e.name): annotation_value(e, depth + 1) for e in ann.dict_entries}
         if ann.array_values:
             return [annotation_value(v, depth + 1) for v in ann.array_values]
         return None
     if kind == "legacy_json_value":
-        text = ann.legacy_json_value
+        text = text_of(ann.legacy_json_value)
         if text in LEGACY_CONSTANTS:
             return LEGACY_CONSTANTS[text]()
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
     if kind == "nested_value":
         return None
     if kind == "pointer_value":
         return hex(ann.pointer_value)
+    if kind == "string_value":
+        return text_of(ann.string_value)
     return getattr(ann, kind)
 
 
@@ -257,7 +266,7 @@ def annotation_text(ann: DebugAnnotation) -> str | None:
     text, arrays and dicts as compact JSON."""
     kind = ann.WhichOneof("value")
     if kind == "string_value":
-        return ann.string_value
+        return text_of(ann.string_value)
     if kind == "int_value":
         return str(ann.int_value)
     return value_text(annotation_value(ann))
