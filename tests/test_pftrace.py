@@ -291,7 +291,8 @@ def test_our_merged_perfetto_trace_reads_back(tmp_path: Path):
     with duckdb.connect(str(db), read_only=True) as con:
         (x,) = con.execute("SELECT count(*) FROM raw_events WHERE ph = 'X' AND dur_ns >= 0").fetchone()
         (c,) = con.execute("SELECT count(*) FROM raw_events WHERE ph = 'C'").fetchone()
-        processes = {n for (n,) in con.execute("SELECT process_name FROM threads WHERE process_name IS NOT NULL")}
+        processes = {n for (n,) in con.execute(
+            "SELECT process_name FROM threads WHERE process_name IS NOT NULL").fetchall()}
         (steps_track,) = con.execute(
             "SELECT count(*) FROM raw_events WHERE tid = 'steps' AND name LIKE 'ProfilerStep#%'").fetchone()
     assert x == begins > 0 and c == counters
