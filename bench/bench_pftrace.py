@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import pftrace_convert  # noqa: E402
+import pftrace_convert
 
-from traceanalyze import db as tracedb  # noqa: E402
-from traceanalyze.load.discover import identify  # noqa: E402
-from traceanalyze.load.pftrace import read_pftrace  # noqa: E402
+from traceanalyze import db as tracedb
+from traceanalyze.load.discover import identify
+from traceanalyze.load.pftrace import read_pftrace
 
 DEFAULT = ROOT / "fixtures/real/kineto-resnet50-nw0/worker0.1623143089861.pt.trace.json.gz"
 

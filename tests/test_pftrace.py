@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).parent))
-import pftrace_convert as conv  # noqa: E402
+import pftrace_convert as conv
 
-from traceanalyze import db as tracedb  # noqa: E402
-from traceanalyze.errors import TraceanalyzeError  # noqa: E402
-from traceanalyze.load import load_trace_dir  # noqa: E402
-from traceanalyze.load.discover import identify  # noqa: E402
-from traceanalyze.load.pftrace import read_pftrace  # noqa: E402
-from traceanalyze.pipeline import run_analysis  # noqa: E402
+from traceanalyze import db as tracedb
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load import load_trace_dir
+from traceanalyze.load.discover import identify
+from traceanalyze.load.pftrace import read_pftrace
+from traceanalyze.pipeline import run_analysis
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "fixtures" / "real"
@@ -191,7 +191,8 @@ def test_truncated_file_keeps_whole_packets(tmp_path: Path):
 
 def run_cli(target: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "traceanalyze", str(target), "--out", str(target.parent / "out")],
-                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300)
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300,
+                          check=False)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, path: Path, words: str) -> None:

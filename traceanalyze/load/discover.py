@@ -21,7 +21,8 @@ OUR_OUTPUTS = ("summary.json", "expected.json", "trace.perfetto-trace")  # writt
 # rank-3, rank3, rank_3, worker3, worker0.1623143089861.pt.trace.json
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: <worker_name>.<time_ms>.pt.trace.json[.gz]
-WINDOW_IN_NAME = re.compile(r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.json(?:\.gz)?$")
+WINDOW_IN_NAME = re.compile(
+    r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.(?:json|pftrace|perfetto-trace|pb)(?:\.gz)?$")
 HEAD_PROBE_BYTES = 1 << 20
 
 

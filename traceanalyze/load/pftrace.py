@@ -307,7 +307,7 @@ def read_pftrace(con, tf: TraceFile) -> RankRead:
             _insert(con, reading, tf.rank)
     notes = [(kind, NOTES[kind], n) for kind, n in reading.counts.items() if n]
     if reader.damaged:
-        notes.append(("damaged", f"the packet stream is corrupt from {reader.damaged}: "
-                                 "kept the packets before it", None))
+        notes.append(("damaged", (f"the packet stream is corrupt from {reader.damaged}: "
+                                  "kept the packets before it"), None))
     return RankRead(metadata=reading.metadata, events=reading.events, events_bytes=reader.state["offset"],
                     truncated_at_byte=reader.truncated_at, lost_bytes=reader.lost_bytes, notes=notes)
