@@ -16,7 +16,7 @@ the JSON reading produces for the same events:
   named after its counter track; a legacy_event's phase is its row's ph;
 - names, categories and annotation names are resolved through the sequence's interned data
   (cleared by SEQ_INCREMENTAL_STATE_CLEARED); debug annotations are the args, typed into the
-  columns as the JSON reading types them (kineto.ARG_FIELDS: text, then TRY_CAST in SQL);
+  columns as the JSON reading types them (ARG_FIELDS: text, then TRY_CAST in SQL);
 - chrome_events.metadata entries are the trace metadata (distributedInfo, baseTimeNanoseconds,
   ...); timestamps are absolute ns.
 
@@ -33,10 +33,26 @@ import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.formats import RankRead
-from traceanalyze.load.kineto import ARG_ALIASES, ARG_FIELDS
+from traceanalyze.load.read import RankRead
 from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of, text_of
 
+# args keys kept as typed columns: (key, column, SQL type), as the JSON reader types them
+ARG_FIELDS = [
+    ("External id", "external_id", "BIGINT"), ("correlation", "correlation", "BIGINT"),
+    ("device", "device", "INTEGER"), ("stream", "stream", "BIGINT"), ("bytes", "bytes", "BIGINT"),
+    ("Input Dims", "input_dims", "VARCHAR"), ("Input type", "input_type", "VARCHAR"),
+    ("Sequence number", "seq_number", "BIGINT"), ("Fwd thread id", "fwd_thread_id", "BIGINT"),
+    ("Collective name", "collective_name", "VARCHAR"), ("In msg nelems", "in_msg_nelems", "BIGINT"),
+    ("Out msg nelems", "out_msg_nelems", "BIGINT"), ("dtype", "dtype", "VARCHAR"),
+    ("Group size", "group_size", "INTEGER"), ("Process Group Name", "pg_name", "VARCHAR"),
+    ("Process Group Description", "pg_desc", "VARCHAR"), ("Process Group Ranks", "pg_ranks", "VARCHAR"),
+    ("Seq", "collective_seq", "BIGINT"), ("Total Allocated", "total_allocated_bytes", "BIGINT"),
+    ("Total Reserved", "total_reserved_bytes", "BIGINT"), ("Device Type", "device_type", "INTEGER"),
+    ("Device Id", "device_id", "INTEGER"), ("Addr", "addr", "VARCHAR"), ("name", "label", "VARCHAR"),
+    ("labels", "labels", "VARCHAR"), ("cuda_sync_kind", "sync_kind", "VARCHAR"),
+]
+# other spellings read as well (the first non-NULL value wins)
+ARG_ALIASES = {"External id": ["__ta_external_id"], "bytes": ["__ta_Bytes"]}
 BATCH_ROWS = 200_000
 TIME_LIMIT_NS = 1 << 62  # (as the JSON reading: beyond it a time is malformed, NULL)
 MAX_TRACK_DEPTH = 32
