@@ -12,13 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load.pftrace_packets import PROTOBUF_SUFFIXES, head_metadata, is_protobuf, read_head_metadata
 from traceanalyze.load.source import open_trace_bytes
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+# Chrome / Kineto JSON, and Perfetto protobuf (pftrace.py), each plain or gzipped
+TRACE_SUFFIXES = tuple(s + gz for s in (".json", *PROTOBUF_SUFFIXES) for gz in ("", ".gz"))
+OUR_OUTPUTS = ("summary.json", "expected.json", "trace.perfetto-trace")  # written by us, not traces
 # rank-3, rank3, rank_3, worker3, worker0.1623143089861.pt.trace.json
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: <worker_name>.<time_ms>.pt.trace.json[.gz]
-WINDOW_IN_NAME = re.compile(r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.json(?:\.gz)?$")
+WINDOW_IN_NAME = re.compile(
+    r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.(?:json|pftrace|perfetto-trace|pb)(?:\.gz)?$")
 HEAD_PROBE_BYTES = 1 << 20
 
 
@@ -110,7 +114,7 @@ def _scan(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     paths, skipped = [], []
     for p in target.rglob("*"):
         if not p.name.endswith(TRACE_SUFFIXES) or p.name.startswith(".") \
-                or p.name in ("summary.json", "expected.json"):
+                or p.name in OUR_OUTPUTS:
             continue
         kind = _kind_of(p)
         if kind is None:
@@ -137,12 +141,17 @@ def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     paths, skipped = _scan(target)
     if not paths:
         extra = f" ({len(skipped)} entries named like traces are not regular files)" if skipped else ""
-        raise TraceanalyzeError(f"no trace files (*.json, *.json.gz) found{extra}", str(target))
+        raise TraceanalyzeError(f"no trace files (*.json, *.pftrace, *.perfetto-trace, *.pb; or .gz) found{extra}",
+                                str(target))
     return paths, skipped
 
 
 def read_distributed_info(path: Path, head: bytes | None = None) -> dict | None:
     """The `distributedInfo` object if it appears in the first MiB of the file (or of `head`)."""
+    if is_protobuf(path):  # (Perfetto: in the first packets' metadata)
+        meta = read_head_metadata(path, HEAD_PROBE_BYTES) if head is None else head_metadata(head)
+        value = (meta or {}).get("distributedInfo")
+        return value if isinstance(value, dict) else None
     head = open_trace_bytes(path, limit=HEAD_PROBE_BYTES) if head is None else head
     at = head.find(b'"distributedInfo"')
     if at < 0:

@@ -17,6 +17,7 @@ import duckdb
 from traceanalyze import _native
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.pftrace_packets import is_protobuf
 
 # Times beyond +-2**62 ns (the year 2116) are malformed: NULL (counted as bad-ts / bad-dur),
 # which also keeps every ts + dur sum of the tables within BIGINT.
@@ -47,6 +48,13 @@ def base_time_ns(metadata: dict) -> int:
 def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -> RankRead:
     """Parse `tf` into `raw_events` (rank = tf.rank). Raises TraceFormatError (one line, the
     file and the byte offset) for a file that is not a readable trace."""
+    if is_protobuf(tf.path):  # Perfetto protobuf: its own reader, the same rows (pftrace.py)
+        from traceanalyze.load.pftrace import read_pftrace
+
+        read = read_pftrace(con, tf)
+        read.events -= (pairs := _convert_begin_end(con, tf.rank))[0]
+        read.notes += pairs[1]
+        return read
     try:
         reader = _native.TraceReader(str(tf.path), threads=threads, block_bytes=BLOCK_BYTES)
     except ValueError as exc:
