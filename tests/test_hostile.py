@@ -7,10 +7,8 @@ Every case asserts what a user is promised: no traceback, the documented exit co
 control characters or GitHub workflow commands in any output, and every lost or altered
 value named in load_issues.
 
-Cases marked NATIVE test the trace reader itself (header scan, gzip bound, duplicate keys,
-numbers out of range, deep metadata, long step numbers); they fail on the split.py loader
-and are expected to pass with the native reader (issue 13). They are strict xfails: when
-the reader lands, a case that passes fails the run until its mark is removed.
+The last section tests the trace reader itself (header scan, gzip bound, duplicate keys,
+numbers out of range, deep metadata, long step numbers).
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ CASE_TIMEOUT_S = 60
 CASE_RSS_BYTES = 600 * MiB
 STAGING_PEAK_BYTES = 64 * MiB
 
-NATIVE = pytest.mark.xfail(strict=True, reason="NATIVE: the split.py loader fails this case; the "
-                                               "native reader (issue 13) is expected to pass it")
 
 
 @dataclass
@@ -422,7 +418,7 @@ def test_check_on_a_heavily_truncated_rank_does_not_pass(box):
     assert "load issue truncated (rank 1" in r.stdout and "[heavy: about" in r.stdout
 
 
-# ---------------------------------------------------------------- the trace reader (NATIVE)
+# ---------------------------------------------------------------- the trace reader
 
 def test_a_header_with_20000_keys_loads_in_linear_time(box):
     work, staging = box
