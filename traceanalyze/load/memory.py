@@ -12,11 +12,11 @@ import duckdb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 
-# Part files live only while DuckDB reads them. A RAM-backed folder writes and reads them
-# about 3x faster than a disk; it is used when the events surely fit in a quarter of the
-# available memory (gzip counted at 20x its size). TRACEANALYZE_TMPDIR overrides the choice.
+# A rank's work files (its private DuckDB database and spill) live only while it is mapped. A
+# RAM-backed folder is about 3x faster than a disk; it is used for an uncompressed trace that
+# surely fits in a quarter of the available memory, never for a gzip (its content's size is not
+# known before it is read). TRACEANALYZE_TMPDIR overrides the choice.
 RAM_STAGING_DIR = Path("/dev/shm")
-GZIP_EXPANSION_ESTIMATE = 20
 
 
 def available_memory_bytes() -> int:
@@ -31,12 +31,14 @@ def available_memory_bytes() -> int:
 
 
 def staging_dir(files: list[TraceFile]) -> str | None:
-    """Where to write part files: $TRACEANALYZE_TMPDIR, else RAM when they fit, else the temp dir."""
+    """Where a rank's work files go: $TRACEANALYZE_TMPDIR, else RAM when an uncompressed trace surely
+    fits, else the temp dir."""
     chosen = os.environ.get("TRACEANALYZE_TMPDIR")
     if chosen:
         return chosen
-    estimate = sum(tf.size_bytes * (GZIP_EXPANSION_ESTIMATE if tf.path.name.endswith(".gz") else 1)
-                   for tf in files)
+    if any(tf.path.name.endswith(".gz") for tf in files):
+        return None  # what a gzip holds is not known before it is read: never stage it in RAM
+    estimate = sum(tf.size_bytes for tf in files)
     if RAM_STAGING_DIR.is_dir() and os.access(RAM_STAGING_DIR, os.W_OK) \
             and estimate * 4 < available_memory_bytes():
         return str(RAM_STAGING_DIR)
