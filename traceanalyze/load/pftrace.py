@@ -51,8 +51,9 @@ ARG_FIELDS = [
     ("Device Id", "device_id", "INTEGER"), ("Addr", "addr", "VARCHAR"), ("name", "label", "VARCHAR"),
     ("labels", "labels", "VARCHAR"), ("cuda_sync_kind", "sync_kind", "VARCHAR"),
 ]
-# other spellings read as well (the first non-NULL value wins)
-ARG_ALIASES = {"External id": ["__ta_external_id"], "bytes": ["__ta_Bytes"]}
+# other spellings read as well (the first non-NULL value wins): [memory] events' "Bytes" and
+# old Kineto's "external id", as the JSON reader does
+ARG_ALIASES = {"External id": ["external id"], "bytes": ["Bytes"]}
 BATCH_ROWS = 200_000
 TIME_LIMIT_NS = 1 << 62  # (as the JSON reading: beyond it a time is malformed, NULL)
 MAX_TRACK_DEPTH = 32
@@ -60,13 +61,10 @@ FLOW_NAME = "ac2g"  # name and category of the rows of flows attached to slices 
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END,
                                 TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER)
-# args columns of the staging rows: every key kineto.py reads (aliases included)
+# args columns of the staging rows: every key read (aliases included)
 ARG_COLUMNS = [k for key, _, _ in ARG_FIELDS for k in [key, *ARG_ALIASES.get(key, [])]]
-# a debug annotation name -> its staging column ("Bytes" and "external id": split.py's renames)
-ARG_INDEX = {**{k: i for i, k in enumerate(ARG_COLUMNS)},
-             "Bytes": ARG_COLUMNS.index("__ta_Bytes"), "external id": ARG_COLUMNS.index("__ta_external_id")}
-ARG_INDEX.pop("__ta_Bytes")
-ARG_INDEX.pop("__ta_external_id")
+# a debug annotation name -> its staging column
+ARG_INDEX = {k: i for i, k in enumerate(ARG_COLUMNS)}
 SCHEMA = {"ph": pl.Utf8, "cat": pl.Utf8, "name": pl.Utf8, "pid": pl.Utf8, "tid": pl.Utf8, "track": pl.UInt64,
           "ts_ns": pl.Int64, "dur_ns": pl.Int64, "flow_id": pl.Utf8, **{f"a{i}": pl.Utf8 for i in range(len(ARG_COLUMNS))}}
 NO_ARGS = (None,) * len(ARG_COLUMNS)
