@@ -1,4 +1,4 @@
-"""A rank's DuckDB memory limit and the staging folder of its part files."""
+"""A rank's DuckDB memory limit and the folder of its work files (its private database and spill)."""
 
 from __future__ import annotations
 

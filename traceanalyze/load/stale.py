@@ -3,7 +3,7 @@
 Every temporary name carries the pid of the process that made it:
   - `<db name>.<pid>.tmp`, its `.wal` and DuckDB's spill folder `.tmp.tmp`: a database
     being written (load),
-  - `traceanalyze-<pid>-*`: a staging folder of part files (load, in $TMPDIR or /dev/shm),
+  - `traceanalyze-<pid>-*`: a rank's work folder (load, in $TMPDIR or /dev/shm),
   - `.<name>.<pid>.*.tmp`: an output being written (output/atomic.py).
 The next run removes those whose process no longer exists (and that this user owns); a
 live run's files are left alone.
