@@ -106,6 +106,207 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
     }
 }
 
+/// How an event failed to decode.
+pub enum EventError {
+    Syntax(serde_json::Error),
+}
+
+/// Top-level keys read: their slot in `Event::top`.
+const ARGS: usize = 8;
+fn top_slot(key: &str) -> Option<usize> {
+    Some(match key {
+        "ph" => 0,
+        "cat" => 1,
+        "name" => 2,
+        "pid" => 3,
+        "tid" => 4,
+        "ts" => 5,
+        "dur" => 6,
+        "id" => 7,
+        "args" => ARGS,
+        _ => return None,
+    })
+}
+
+/// The args keys read into typed columns: their slot (index into ARG_KEYS). A `match` on
+/// the key compiles to a switch on its length and a comparison, not a scan of the list.
+fn arg_slot(key: &str) -> Option<usize> {
+    Some(match key {
+        "External id" => 0,
+        "correlation" => 1,
+        "device" => 2,
+        "stream" => 3,
+        "bytes" => 4,
+        "Input Dims" => 5,
+        "Input type" => 6,
+        "Sequence number" => 7,
+        "Fwd thread id" => 8,
+        "Collective name" => 9,
+        "In msg nelems" => 10,
+        "Out msg nelems" => 11,
+        "dtype" => 12,
+        "Group size" => 13,
+        "Process Group Name" => 14,
+        "Process Group Description" => 15,
+        "Process Group Ranks" => 16,
+        "Seq" => 17,
+        "Total Allocated" => 18,
+        "Total Reserved" => 19,
+        "Device Type" => 20,
+        "Device Id" => 21,
+        "Addr" => 22,
+        "name" => 23,
+        "labels" => 24,
+        "cuda_sync_kind" => 25,
+        "external id" => 26,
+        "Bytes" => 27,
+        _ => return None,
+    })
+}
+
+/// What the args value was.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArgsKind {
+    Absent,
+    Object,
+    Other,
+}
+
+/// One event's values, as borrowed JSON text, before typing.
+struct Event<'a, 'o> {
+    top: [Option<&'a RawValue>; 8],
+    args_kind: ArgsKind,
+    args_seen: bool,
+    slots: [Option<&'a RawValue>; 28],
+    others: &'o mut Vec<(Cow<'a, str>, &'a RawValue)>,
+    dup: bool,
+}
+
+impl<'a, 'o> Event<'a, 'o> {
+    fn new(others: &'o mut Vec<(Cow<'a, str>, &'a RawValue)>) -> Self {
+        others.clear();
+        Event {
+            top: [None; 8],
+            args_kind: ArgsKind::Absent,
+            args_seen: false,
+            slots: [None; 28],
+            others,
+            dup: false,
+        }
+    }
+
+    /// A second `args` key: the last one wins, whole.
+    fn restart_args(&mut self) {
+        self.dup |= self.args_seen;
+        self.args_seen = true;
+        self.args_kind = ArgsKind::Absent;
+        self.slots = [None; 28];
+        self.others.clear();
+    }
+
+    fn set_top(&mut self, slot: usize, value: &'a RawValue) {
+        self.dup |= self.top[slot].replace(value).is_some();
+    }
+
+    fn set_arg(&mut self, key: Key<'a>, value: &'a RawValue) {
+        match arg_slot(&key.0) {
+            Some(i) => self.dup |= self.slots[i].replace(value).is_some(),
+            None => {
+                if let Some(o) = self.others.iter_mut().find(|(k, _)| *k == key.0) {
+                    o.1 = value;
+                    self.dup = true;
+                } else {
+                    self.others.push((key.0, value));
+                }
+            }
+        }
+    }
+}
+
+/// The fast path, one pass: the event object's keys, with `args` decoded in place.
+struct EventVisitor<'e, 'a, 'o>(&'e mut Event<'a, 'o>);
+
+impl<'a> Visitor<'a> for EventVisitor<'_, 'a, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an event object")
+    }
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        let ev = self.0;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match top_slot(&key.0) {
+                Some(ARGS) => {
+                    ev.restart_args();
+                    map.next_value_seed(ArgsSeed(&mut *ev))?;
+                }
+                Some(slot) => ev.set_top(slot, map.next_value()?),
+                None => {
+                    let _: &'a RawValue = map.next_value()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The args value, decoded in the same pass: an object's entries go to their slots; any
+/// other value is skipped (and counted). A value serde cannot take this way (a number out of
+/// f64's range) is an error that sends the event to the slow path, which decides.
+struct ArgsSeed<'e, 'a, 'o>(&'e mut Event<'a, 'o>);
+
+impl<'a> DeserializeSeed<'a> for ArgsSeed<'_, 'a, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'a> ArgsSeed<'_, 'a, '_> {
+    fn other<E>(self) -> Result<(), E> {
+        self.0.args_kind = ArgsKind::Other;
+        Ok(())
+    }
+}
+
+impl<'a> Visitor<'a> for ArgsSeed<'_, 'a, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an args value")
+    }
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        let ev = self.0;
+        ev.args_kind = ArgsKind::Object;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value: &'a RawValue = map.next_value()?;
+            ev.set_arg(key, value);
+        }
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.args_kind = ArgsKind::Absent;
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        self.other()
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        self.other()
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.other()
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.other()
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.other()
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        self.other()
+    }
+}
+
 /// Calls `F` with every (key, raw value) of a JSON object.
 struct Entries<F>(F);
 
@@ -132,112 +333,148 @@ fn entries<'de>(
     de.end()
 }
 
-/// How an event failed to decode.
-pub enum EventError {
-    Syntax(serde_json::Error),
+/// The slow path, two passes (taken when the fast one fails): the event's keys as raw
+/// values, then the args object's. What it cannot decode is the event's error.
+fn collect_slow<'a>(text: &'a str, ev: &mut Event<'a, '_>) -> Result<(), serde_json::Error> {
+    let mut args: Option<&'a RawValue> = None;
+    let mut dup = false;
+    let mut top = [None; 8];
+    entries(text, |k, v| match top_slot(&k.0) {
+        Some(ARGS) => dup |= args.replace(v).is_some(),
+        Some(i) => dup |= top[i].replace(v).is_some(),
+        None => {}
+    })?;
+    ev.top = top;
+    ev.dup = dup;
+    match args.map(|a| a.get()) {
+        Some(text) if text.starts_with('{') => {
+            ev.args_kind = ArgsKind::Object;
+            let _ = entries(text, |k, v| ev.set_arg(k, v));
+        }
+        Some("null") | None => {}
+        Some(_) => ev.args_kind = ArgsKind::Other,
+    }
+    Ok(())
 }
 
-const TOP: [&str; 9] = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"];
+/// Reusable buffers of one thread's decoding (their contents borrow the block's text).
+pub struct Scratch<'a> {
+    others: Vec<(Cow<'a, str>, &'a RawValue)>,
+    text: String,
+}
+
+impl Scratch<'_> {
+    pub fn new() -> Self {
+        Scratch {
+            others: Vec::new(),
+            text: String::new(),
+        }
+    }
+}
+
+impl Default for Scratch<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Decode one element of the events array into a row of `cols`.
-pub fn decode(
-    text: &str,
+pub fn decode<'a>(
+    text: &'a str,
     base_ns: i64,
     cols: &mut Columns,
     tally: &mut Tally,
-    scratch: &mut String,
+    scratch: &mut Scratch<'a>,
 ) -> Result<(), EventError> {
     if !text.starts_with('{') {
         tally.non_objects += 1;
         cols.null_row();
         return Ok(());
     }
-    let mut top: [Option<&RawValue>; 9] = [None; 9];
-    let mut dup = false;
-    let parsed = entries(text, |k, v| {
-        if let Some(i) = TOP.iter().position(|t| *t == k.0) {
-            dup |= top[i].replace(v).is_some();
+    let mut ev = Event::new(&mut scratch.others);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let fast = de
+        .deserialize_map(EventVisitor(&mut ev))
+        .and_then(|()| de.end());
+    if fast.is_err() {
+        ev = Event::new(ev.others);
+        if let Err(e) = collect_slow(text, &mut ev) {
+            if e.to_string().contains("recursion limit") {
+                tally.too_deep += 1;
+                cols.null_row();
+                return Ok(());
+            }
+            if let Some(fixed) = without_non_finite(text) {
+                tally.non_finite += 1;
+                return decode(&fixed, base_ns, cols, tally, &mut Scratch::new());
+            }
+            return Err(EventError::Syntax(e));
         }
-    });
-    if let Err(e) = parsed {
-        if e.to_string().contains("recursion limit") {
-            tally.too_deep += 1;
-            cols.null_row();
-            return Ok(());
-        }
-        if let Some(fixed) = without_non_finite(text) {
-            tally.non_finite += 1;
-            return decode(&fixed, base_ns, cols, tally, scratch);
-        }
-        return Err(EventError::Syntax(e));
     }
+    emit(&ev, base_ns, cols, tally, &mut scratch.text);
+    Ok(())
+}
+
+/// The row of one decoded event.
+fn emit(ev: &Event, base_ns: i64, cols: &mut Columns, tally: &mut Tally, scratch: &mut String) {
     for (slot, col) in [(0, PH), (1, 1), (2, 2), (3, 3), (4, 4), (7, FLOW_ID)] {
-        put_text(cols, col, top[slot], scratch);
+        put_text(cols, col, ev.top[slot], scratch);
     }
-    let ts = top[5]
+    let ts = ev.top[5]
         .and_then(|v| values::time_ns(v.get()).ok())
         .map(|t| t + base_ns as i128);
     cols.int(
         TS_NS,
         ts.filter(|t| t.abs() <= TIME_LIMIT_NS).map(|t| t as i64),
     );
-    let dur = top[6].and_then(|v| values::time_ns(v.get()).ok());
+    let dur = ev.top[6].and_then(|v| values::time_ns(v.get()).ok());
     cols.int(
         DUR_NS,
         dur.filter(|t| t.abs() <= TIME_LIMIT_NS).map(|t| t as i64),
     );
-    if let Some(name) = top[2] {
+    if let Some(name) = ev.top[2] {
         check_step_name(name.get(), tally);
     }
-    dup |= decode_args(top[8], cols, tally, scratch);
-    if dup {
+    if ev.args_kind == ArgsKind::Other {
+        tally.args_not_object += 1;
+    }
+    emit_args(ev, cols, tally, scratch);
+    if ev.dup {
         tally.duplicate_keys += 1;
     }
-    cols.rows += 1;
-    Ok(())
+    cols.end_row();
 }
 
 fn put_text(cols: &mut Columns, col: usize, raw: Option<&RawValue>, scratch: &mut String) {
+    let Some(raw) = raw.map(|v| v.get()) else {
+        return;
+    };
+    if let Some(inner) = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .filter(|i| !i.contains('\\'))
+    {
+        cols.str(col, Some(inner)); // (the common case: no copy through scratch)
+        return;
+    }
     scratch.clear();
-    match raw.and_then(|v| values::text(v.get(), scratch)) {
-        Some(()) => cols.str(col, Some(scratch)),
-        None => cols.str(col, None),
+    if values::text(raw, scratch).is_some() {
+        cols.str(col, Some(scratch));
     }
 }
 
-/// The args columns; returns whether a key was given twice.
-fn decode_args(
-    args: Option<&RawValue>,
-    cols: &mut Columns,
-    tally: &mut Tally,
-    scratch: &mut String,
-) -> bool {
-    let mut slots: [Option<&RawValue>; 28] = [None; 28];
-    let mut others: Vec<(Key, &RawValue)> = Vec::new();
-    let mut dup = false;
-    match args.map(|a| a.get()) {
-        Some(text) if text.starts_with('{') => {
-            let _ = entries(text, |k, v| match ARG_KEYS.iter().position(|a| *a == k.0) {
-                Some(i) => dup |= slots[i].replace(v).is_some(),
-                None => {
-                    if let Some(o) = others.iter_mut().find(|(ok, _)| ok.0 == k.0) {
-                        o.1 = v;
-                        dup = true;
-                    } else {
-                        others.push((k, v));
-                    }
-                }
-            });
-        }
-        Some("null") | None => {}
-        Some(_) => tally.args_not_object += 1,
-    }
+/// The args columns.
+fn emit_args(ev: &Event, cols: &mut Columns, tally: &mut Tally, scratch: &mut String) {
+    let slots = &ev.slots;
     for (i, slot) in slots.iter().take(TYPED_ARGS).enumerate() {
         let col = FIRST_ARG + i;
         let alias = ALIASES
             .iter()
             .find(|(_, of)| *of == i)
             .map(|(a, _)| slots[*a]);
+        if slot.is_none() && alias.flatten().is_none() {
+            continue; // (NULL)
+        }
         match crate::columns::COLUMNS[col].1 {
             crate::columns::Ty::Str => put_text(cols, col, *slot, scratch),
             ty => {
@@ -264,23 +501,20 @@ fn decode_args(
             }
         }
     }
-    if others.is_empty() {
-        cols.str(OTHER_ARGS, None);
-    } else {
+    if !ev.others.is_empty() {
         scratch.clear();
         scratch.push('{');
-        for (n, (k, v)) in others.iter().enumerate() {
+        for (n, (k, v)) in ev.others.iter().enumerate() {
             if n > 0 {
                 scratch.push(',');
             }
-            scratch.push_str(&serde_json::to_string(k.0.as_ref()).unwrap_or_default());
+            scratch.push_str(&serde_json::to_string(k.as_ref()).unwrap_or_default());
             scratch.push(':');
             values::compact(v.get(), false, scratch);
         }
         scratch.push('}');
         cols.str(OTHER_ARGS, Some(scratch));
     }
-    dup
 }
 
 /// `ProfilerStep#N` with an N no BIGINT holds is counted (the step tables cannot use it).
@@ -340,7 +574,7 @@ mod tests {
     fn one(text: &str) -> (arrow_array::RecordBatch, Tally) {
         let mut cols = Columns::new(1, 64);
         let mut tally = Tally::default();
-        let mut s = String::new();
+        let mut s = Scratch::new();
         decode(text, 0, &mut cols, &mut tally, &mut s).ok().unwrap();
         (cols.finish(&schema()).unwrap(), tally)
     }
@@ -395,6 +629,30 @@ mod tests {
         assert_eq!(int(&b, "correlation"), None);
         assert_eq!(t.non_finite, 1);
         assert_eq!(t.bad_args.iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn slot_lookups_follow_the_key_lists() {
+        for (i, key) in ARG_KEYS.iter().enumerate() {
+            assert_eq!(arg_slot(key), Some(i), "{key}");
+        }
+        assert_eq!(arg_slot("External Id"), None);
+        assert_eq!(top_slot("args"), Some(ARGS));
+    }
+
+    #[test]
+    fn the_last_args_wins_whole() {
+        let (b, t) = one(r#"{"ph": "X", "args": {"External id": 1, "k": 2}, "args": {"correlation": 5}}"#);
+        assert_eq!(int(&b, "external_id"), None);
+        assert_eq!(int(&b, "correlation"), Some(5));
+        assert_eq!(text(&b, "other_args"), None);
+        assert_eq!(t.duplicate_keys, 1);
+        let (_, t) = one(r#"{"ph": "X", "args": null, "args": {"k": 2}}"#);
+        assert_eq!(t.duplicate_keys, 1);
+        let (_, t) = one(r#"{"ph": "X", "args": 1e400}"#);
+        assert_eq!(t.args_not_object, 1);
+        let (_, t) = one(r#"{"ph": "X", "args": [1, {"a": 2}]}"#);
+        assert_eq!(t.args_not_object, 1);
     }
 
     #[test]

@@ -245,6 +245,17 @@ pub fn string_end(buf: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// The bytes `value_end` stops at inside an object or array.
+const STRUCTURAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
+
 /// End (exclusive) of the JSON value starting at `buf[i]`, or None if the buffer ends first.
 /// Objects and arrays are matched by depth (string-aware); their inside is checked later by
 /// the decoder. A scalar runs to the next delimiter.
@@ -252,18 +263,31 @@ pub fn value_end(buf: &[u8], i: usize) -> Result<Option<usize>, ScanError> {
     match buf[i] {
         b'"' => Ok(string_end(buf, i)),
         b'{' | b'[' => {
+            // (one byte at a time through a class table: most bytes are plain; the short
+            // strings of an event are cheaper to walk inline than to hand to memchr)
             let mut depth = 0usize;
             let mut j = i;
             let n = buf.len();
             while j < n {
-                match buf[j] {
-                    b'"' => match string_end(buf, j) {
-                        Some(e) => {
-                            j = e;
-                            continue;
+                let c = buf[j];
+                if !STRUCTURAL[c as usize] {
+                    j += 1;
+                    continue;
+                }
+                match c {
+                    b'"' => {
+                        j += 1;
+                        loop {
+                            match buf.get(j) {
+                                None => return Ok(None),
+                                Some(b'"') => break,
+                                Some(b'\\') => j += 2,
+                                Some(_) => j += 1,
+                            }
                         }
-                        None => return Ok(None),
-                    },
+                        j += 1;
+                        continue;
+                    }
                     b'{' | b'[' => depth += 1,
                     b'}' | b']' => {
                         depth -= 1;

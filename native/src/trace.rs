@@ -338,19 +338,18 @@ fn decode_chunk(
     let bytes: usize = chunk.iter().map(|(a, b)| b - a).sum();
     let mut cols = Columns::new(chunk.len(), bytes);
     let mut tally = Tally::default();
-    let mut scratch = String::new();
+    let mut scratch = events::Scratch::new();
     for &(a, b) in chunk {
         let raw = &buf[a..b];
-        let lossy;
-        let text = match std::str::from_utf8(raw) {
-            Ok(t) => t,
+        let decoded = match std::str::from_utf8(raw) {
+            Ok(text) => events::decode(text, base, &mut cols, &mut tally, &mut scratch),
             Err(_) => {
                 tally.invalid_utf8 += 1;
-                lossy = String::from_utf8_lossy(raw).into_owned();
-                &lossy
+                let lossy = String::from_utf8_lossy(raw).into_owned();
+                events::decode(&lossy, base, &mut cols, &mut tally, &mut events::Scratch::new())
             }
         };
-        events::decode(text, base, &mut cols, &mut tally, &mut scratch).map_err(
+        decoded.map_err(
             |EventError::Syntax(e)| {
                 let at = offset + a as u64;
                 TraceError {

@@ -52,21 +52,21 @@ fn decimal_parts(text: &[u8]) -> Option<(bool, &[u8], &[u8], i64)> {
 pub fn scaled_decimal(text: &[u8], scale: i64) -> Option<i128> {
     let (neg, int, frac, exp) = decimal_parts(text)?;
     let shift = exp + scale - frac.len() as i64; // value = digits x 10^shift
-    let digits = int.iter().chain(frac.iter()).skip_while(|&&b| b == b'0');
-    let mut value: i128 = 0;
-    let mut count = 0usize;
-    let all: Vec<u8> = digits.copied().collect();
+    let digit = |k: usize| if k < int.len() { int[k] } else { frac[k - int.len()] };
+    let all = int.len() + frac.len();
+    let lead = (0..all).take_while(|&k| digit(k) == b'0').count();
+    let significant = all - lead;
     let keep = if shift >= 0 {
-        all.len()
+        significant
     } else {
-        all.len().saturating_sub((-shift) as usize)
+        significant.saturating_sub((-shift) as usize)
     };
-    for &d in &all[..keep] {
-        value = value.checked_mul(10)?.checked_add((d - b'0') as i128)?;
-        count += 1;
-        if count > 36 {
-            return None;
-        }
+    if keep > 36 {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for k in lead..lead + keep {
+        value = value * 10 + (digit(k) - b'0') as i128;
     }
     if shift > 0 {
         for _ in 0..shift {
@@ -75,7 +75,7 @@ pub fn scaled_decimal(text: &[u8], scale: i64) -> Option<i128> {
                 return None;
             }
         }
-    } else if shift < 0 && (-shift) as usize <= all.len() && keep < all.len() && all[keep] >= b'5' {
+    } else if shift < 0 && (-shift) as usize <= significant && digit(lead + keep) >= b'5' {
         value += 1; // (half away from zero: the first dropped digit decides)
     }
     Some(if neg { -value } else { value })
@@ -84,11 +84,47 @@ pub fn scaled_decimal(text: &[u8], scale: i64) -> Option<i128> {
 /// Microseconds (a JSON number) -> ns, exact from the digits.
 pub fn time_ns(raw: &str) -> Result<i128, Bad> {
     let b = raw.as_bytes();
+    if let Some(ns) = plain_time_ns(b) {
+        return Ok(ns);
+    }
     match b.first() {
         Some(b'-' | b'0'..=b'9') => scaled_decimal(b, 3).ok_or(Bad::Invalid),
         Some(b'n') if raw == "null" => Err(Bad::Null),
         _ => Err(Bad::Invalid),
     }
+}
+
+/// The common case of `time_ns`, fast: `[-]digits[.digits]`, at most 16 integer digits.
+fn plain_time_ns(b: &[u8]) -> Option<i128> {
+    let (neg, b) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if int_len == 0 || int_len > 16 {
+        return None;
+    }
+    let mut us: u64 = 0;
+    for &c in &b[..int_len] {
+        us = us * 10 + (c - b'0') as u64;
+    }
+    let mut ns = us * 1000;
+    match &b[int_len..] {
+        [] => {}
+        [b'.', frac @ ..] if !frac.is_empty() && frac.iter().all(u8::is_ascii_digit) => {
+            let mut scale = 100;
+            for &c in frac.iter().take(3) {
+                ns += (c - b'0') as u64 * scale;
+                scale /= 10;
+            }
+            if frac.len() > 3 && frac[3] >= b'5' {
+                ns += 1; // (half away from zero: the first dropped digit decides)
+            }
+        }
+        _ => return None,
+    }
+    let ns = ns as i128;
+    Some(if neg { -ns } else { ns })
 }
 
 /// An integer from a JSON value, as `TRY_CAST(<its text> AS BIGINT)` reads it: numbers and
@@ -148,8 +184,12 @@ pub fn text(raw: &str, out: &mut String) -> Option<()> {
 /// `1000.0`); literals (true, false) as written.
 fn number_text(raw: &str, out: &mut String) {
     let is_float = raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
+    if !is_float {
+        out.push_str(raw);
+        return;
+    }
     match raw.parse::<f64>() {
-        Ok(f) if is_float && f.is_finite() => {
+        Ok(f) if f.is_finite() => {
             use std::fmt::Write;
             let _ = write!(out, "{f:?}");
         }
@@ -223,10 +263,32 @@ mod tests {
         assert_eq!(time_ns("0.00005"), Ok(0));
         assert_eq!(time_ns("1.5e3"), Ok(1_500_000));
         assert_eq!(time_ns("12"), Ok(12_000));
+        assert_eq!(time_ns("-0.0015"), Ok(-2));
+        assert_eq!(time_ns("9999999999999999.9999"), Ok(10_000_000_000_000_000_000));
+        assert_eq!(time_ns("12."), Ok(12_000));
+        assert_eq!(time_ns("-"), Err(Bad::Invalid));
         assert_eq!(time_ns("\"12\""), Err(Bad::Invalid));
         assert_eq!(time_ns("null"), Err(Bad::Null));
         assert_eq!(time_ns("1e400"), Err(Bad::Invalid));
         assert_eq!(time_ns("NaN"), Err(Bad::Invalid));
+    }
+
+    #[test]
+    fn the_fast_time_path_agrees_with_the_general_one() {
+        let ints = ["0", "7", "12", "0012", "1712195495519689", "9999999999999999"];
+        let fracs = ["", ".", ".0", ".5", ".047", ".0004", ".0005", ".4995", ".99951", ".123456789"];
+        for sign in ["", "-"] {
+            for i in ints {
+                for f in fracs {
+                    let t = format!("{sign}{i}{f}");
+                    let general = scaled_decimal(t.as_bytes(), 3);
+                    if let Some(fast) = plain_time_ns(t.as_bytes()) {
+                        assert_eq!(Some(fast), general, "{t}");
+                    }
+                    assert_eq!(time_ns(&t).ok(), general, "{t}");
+                }
+            }
+        }
     }
 
     #[test]
