@@ -66,17 +66,24 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
     con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
 
 
+def open_quiet(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that draws no progress bar (DuckDB draws one on a terminal for a
+    query over 2 s, between our own progress lines)."""
+    con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
+        pass
+    return con
+
+
 def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a trace database file, with this version's macros (and no DuckDB progress bar on stdout)."""
     config = dict(config or {})
     locked = config.get("enable_external_access") is False
     if locked:  # (set after the views' shard folder is allowed: see _lock)
         del config["enable_external_access"]
-    con = duckdb.connect(str(path), read_only=read_only, config=config)
-    try:
-        con.execute("SET enable_progress_bar = false")
-    except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
-        pass
+    con = open_quiet(path, read_only=read_only, config=config)
     create_macros(con, temporary=True)
     bound_views_memory(con)
     if locked:

@@ -40,7 +40,7 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
     try:
         local = _fetched(tf, work)
-        con = duckdb.connect(str(work / "rank.duckdb"))
+        con = tracedb.open_quiet(work / "rank.duckdb")
         try:
             if threads:
                 con.execute(f"SET threads = {int(threads)}")
