@@ -246,13 +246,17 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
     db.parent.mkdir(parents=True, exist_ok=True)
     load_before = _loadavg_1min()
     for i in range(args.repeat):
+        env = None
         if tool == "traceanalyze":
             cmd = traceanalyze_cmd(case, db, force=True)
         elif tool == "traceanalyze (re-run)":
             cmd = traceanalyze_cmd(case, db, force=False)
+        elif tool == "previous":  # the same command, run from another checkout
+            cmd = traceanalyze_cmd(case, db.with_name(f"{label}.previous.duckdb"), force=True)
+            env = {**os.environ, "PYTHONPATH": str(args.previous_checkout)}
         else:
             cmd = [args.hta_python, "-c", HTA_SNIPPET, str(case["file"])]
-        res = run_measured(cmd, args.timeout)
+        res = run_measured(cmd, args.timeout, env)
         state = "timeout" if res["timed_out"] else ("ok" if res["rc"] == 0 else f"rc={res['rc']}")
         extra = " ".join(line for line in res["output"].splitlines()
                          if line.startswith("BENCH") and not line.startswith("BENCH_HWM"))
@@ -330,7 +334,7 @@ def table(results: list[dict]) -> str:
             rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} | | |")
             continue
         ratio = cpu_ratio = ""
-        if r["tool"] == "traceanalyze" and r["size"] in hta:
+        if r["tool"] in ("traceanalyze", "previous") and r["size"] in hta:
             ratio = f"{r['mb_per_s'] / hta[r['size']]['mb_per_s']:.1f}x"
             cpu_ratio = f"{hta[r['size']]['cpu_seconds'] / r['cpu_seconds']:.1f}x"
         elif r["tool"] == "traceanalyze" and any(x["size"] == r["size"] and x["tool"] == "hta"
@@ -360,9 +364,11 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   sensitive to other load on a shared machine); peak RSS is the child's VmHWM, printed by
   the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
   child shared between fork and exec).
-- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: split, DuckDB parse
-  into `raw_events`, all derived tables, alignment, written to the DuckDB file.
+- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader into
+  the rank's private database, its tables written as a Parquet shard, then `trace.duckdb`
+  (the shard's tables copied in or viewed), cross-rank tables and alignment.
   "re-run" is the same command without `--force` on the unchanged files (database reused).
+- previous: the same command run from an earlier checkout (`--previous-checkout`).
 - hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),
   timeout {args.timeout:.0f} s.
 
@@ -403,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="traceanalyze, hta (none: only rewrite the table from stored measurements)")
     ap.add_argument("--scratch", type=Path, default=DEFAULT_SCRATCH)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--previous-checkout", type=Path, default=None,
+                    help="a checkout of an earlier version (e.g. `git worktree add DIR fccfe4b~1`, the "
+                         "pure-Python loader before the native reader): adds the tool 'previous'")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),
                     help="python with HolisticTraceAnalysis==0.5.0 installed")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds before a run is killed")
@@ -417,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         if s.removesuffix(".gz") not in SIZES:
             ap.error(f"unknown size {s!r}; choose from {', '.join(SIZES)} (+ .gz)")
     args.tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if args.previous_checkout and "previous" not in args.tools:
+        args.tools.append("previous")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -433,12 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     for label in sizes:
         case = cases[label]
         tools = (["traceanalyze", "traceanalyze (re-run)"] if "traceanalyze" in args.tools else []) \
-            + (["hta"] if "hta" in args.tools else [])
+            + [t for t in ("previous", "hta") if t in args.tools]
         for tool in tools:
             res = measure(label, case, tool, args, log)
             saved[f"{label}|{tool}"] = res
             store.write_text(json.dumps(saved, indent=1))
-    order = ["traceanalyze", "traceanalyze (re-run)", "hta"]
+    order = ["traceanalyze", "traceanalyze (re-run)", "previous", "hta"]
     results = [saved[f"{label}|{tool}"] for label in sizes for tool in order if f"{label}|{tool}" in saved]
     md = table(results)
     print(md)

@@ -542,10 +542,11 @@ fn without_non_finite(text: &str) -> Option<String> {
         match b[i] {
             b'"' => i = crate::scan::string_end(b, i).unwrap_or(b.len()),
             _ => {
-                let rest = &text[i..];
+                // (bytes: `i` may be inside a multi-byte character outside any string)
+                let rest = &b[i..];
                 let token = ["-Infinity", "Infinity", "NaN"]
                     .into_iter()
-                    .find(|t| rest.starts_with(t));
+                    .find(|t| rest.starts_with(t.as_bytes()));
                 if let Some(t) = token {
                     out.push_str(&text[last..i]);
                     out.push_str("null");
@@ -653,6 +654,19 @@ mod tests {
         assert_eq!(t.args_not_object, 1);
         let (_, t) = one(r#"{"ph": "X", "args": [1, {"a": 2}]}"#);
         assert_eq!(t.args_not_object, 1);
+    }
+
+    #[test]
+    fn non_finite_numbers_beside_non_ascii_text() {
+        // (found by fuzzing: a character outside a string before a NaN)
+        let mut cols = Columns::new(1, 64);
+        let mut tally = Tally::default();
+        let bad = "{\"ph\": \"X\", \"ts\": 1, \"x\": \u{fffd}, \"dur\": NaN}";
+        assert!(decode(bad, 0, &mut cols, &mut tally, &mut Scratch::new()).is_err());
+        let mut tally = Tally::default();
+        let text = "{\"ph\": \"X\", \"é\": NaN, \"ts\": 1}";
+        assert!(decode(text, 0, &mut cols, &mut tally, &mut Scratch::new()).is_ok());
+        assert_eq!(tally.non_finite, 1);
     }
 
     #[test]
