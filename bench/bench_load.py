@@ -174,11 +174,11 @@ def ensure_traces(source: Path, scratch: Path, sizes: list[str], log) -> dict[st
 
 # ----------------------------------------------------------------------------- running
 
-def run_measured(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+def run_measured(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None) -> dict:
     """Run `cmd` in a fresh process group; wall seconds, peak RSS (wait4), rc, timeout flag."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, cwd=cwd)
     timed_out = threading.Event()
 
     def kill():
@@ -246,17 +246,18 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
     db.parent.mkdir(parents=True, exist_ok=True)
     load_before = _loadavg_1min()
     for i in range(args.repeat):
-        env = None
+        env = cwd = None
         if tool == "traceanalyze":
             cmd = traceanalyze_cmd(case, db, force=True)
         elif tool == "traceanalyze (re-run)":
             cmd = traceanalyze_cmd(case, db, force=False)
         elif tool == "previous":  # the same command, run from another checkout
             cmd = traceanalyze_cmd(case, db.with_name(f"{label}.previous.duckdb"), force=True)
-            env = {**os.environ, "PYTHONPATH": str(args.previous_checkout)}
+            # (run from there: `python -c` puts the working folder first on sys.path)
+            env, cwd = {**os.environ, "PYTHONPATH": str(args.previous_checkout)}, args.previous_checkout
         else:
             cmd = [args.hta_python, "-c", HTA_SNIPPET, str(case["file"])]
-        res = run_measured(cmd, args.timeout, env)
+        res = run_measured(cmd, args.timeout, env, cwd)
         state = "timeout" if res["timed_out"] else ("ok" if res["rc"] == 0 else f"rc={res['rc']}")
         extra = " ".join(line for line in res["output"].splitlines()
                          if line.startswith("BENCH") and not line.startswith("BENCH_HWM"))

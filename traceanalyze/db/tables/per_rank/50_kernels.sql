@@ -1,16 +1,22 @@
 -- GPU activity: kernels, memcpy and memset, classified by kernel_classes.csv, on the step that launched them.
 CREATE OR REPLACE TABLE kernels AS
 WITH gpu AS (
-    SELECT e.*, (SELECT c.kind FROM kernel_classes AS c
-                 WHERE regexp_matches(e.cat, c.cat_regex) AND regexp_matches(e.name, c.name_regex)
-                 ORDER BY c.priority LIMIT 1) AS kind
-    FROM raw_events AS e
+    SELECT e.rank, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.device, e.stream, e.correlation,
+           e.external_id, e.bytes, e.collective_name, e.in_msg_nelems, e.dtype, e.pg_name, e.group_size
+    FROM raw_events AS e  -- (not e.*: a join carries every column it is given)
     WHERE e.ph = 'X' AND e.cat IN ('kernel', 'Kernel', 'gpu_memcpy', 'Memcpy', 'gpu_memset', 'Memset')
       AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0
 ),
+classified AS (  -- each distinct (cat, name) once: a trace has hundreds of kernel names, not millions
+    SELECT n.cat, n.name, (SELECT c.kind FROM kernel_classes AS c
+                           WHERE regexp_matches(n.cat, c.cat_regex) AND regexp_matches(n.name, c.name_regex)
+                           ORDER BY c.priority LIMIT 1) AS kind
+    FROM (SELECT DISTINCT cat, name FROM gpu) AS n
+),
 launched AS (
-    SELECT g.*, r.step AS launch_step, r.ts_ns AS launch_ts_ns
+    SELECT g.*, k.kind, r.step AS launch_step, r.ts_ns AS launch_ts_ns
     FROM gpu AS g
+    JOIN classified AS k ON k.cat = g.cat AND k.name IS NOT DISTINCT FROM g.name
     LEFT JOIN runtime AS r ON r.rank = g.rank AND r.correlation = g.correlation AND g.correlation IS NOT NULL
 )
 SELECT
