@@ -45,8 +45,8 @@ pub const ARG_KEYS: [&str; 28] = [
     "external id",
     "Bytes",
 ];
-const TYPED_ARGS: usize = 26;
-const ALIASES: [(usize, usize); 2] = [(26, 0), (27, 4)]; // (alias slot, its column's slot)
+pub const TYPED_ARGS: usize = 26;
+pub const ALIASES: [(usize, usize); 2] = [(26, 0), (27, 4)]; // (alias slot, its column's slot)
 
 /// Times beyond +-2^62 ns (the year 2116) are malformed: NULL, which keeps every ts + dur
 /// sum of the tables within BIGINT.

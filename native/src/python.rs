@@ -14,8 +14,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyList};
 
-use crate::columns::{schema, COLUMNS, FIRST_ARG};
-use crate::events::ARG_KEYS;
+use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
+use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
 use crate::trace::{BatchIter, Limits, Outcome, TraceError, TraceParser};
 
 struct Shared {
@@ -203,6 +203,38 @@ fn checked_metadata(raw: &str) -> Option<String> {
         .map(|_| raw.to_string())
 }
 
+/// The args keys read into typed columns, as (key, column, SQL type), in column order: the
+/// one list other readers (the Perfetto one) follow.
+#[pyfunction]
+fn arg_fields() -> Vec<(&'static str, &'static str, &'static str)> {
+    (0..TYPED_ARGS)
+        .map(|i| {
+            let (column, ty) = COLUMNS[FIRST_ARG + i];
+            let sql = match ty {
+                Ty::Str => "VARCHAR",
+                Ty::I64 => "BIGINT",
+                Ty::I32 => "INTEGER",
+            };
+            (ARG_KEYS[i], column, sql)
+        })
+        .collect()
+}
+
+/// The other spellings read for a typed key when it is absent or NULL: {key: [spelling]}.
+#[pyfunction]
+fn arg_aliases() -> Vec<(&'static str, Vec<&'static str>)> {
+    (0..TYPED_ARGS)
+        .filter_map(|i| {
+            let spellings: Vec<&str> = ALIASES
+                .iter()
+                .filter(|(_, of)| *of == i)
+                .map(|(a, _)| ARG_KEYS[*a])
+                .collect();
+            (!spellings.is_empty()).then(|| (ARG_KEYS[i], spellings))
+        })
+        .collect()
+}
+
 /// Column names of the batches, in order.
 #[pyfunction]
 fn columns() -> Vec<&'static str> {
@@ -215,5 +247,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TraceReader>()?;
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
+    m.add_function(wrap_pyfunction!(arg_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(arg_aliases, m)?)?;
     Ok(())
 }

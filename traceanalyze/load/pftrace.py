@@ -32,28 +32,15 @@ from pathlib import Path
 import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
+from traceanalyze import _native
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.read import RankRead
 from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of, text_of
 
-# args keys kept as typed columns: (key, column, SQL type), as the JSON reader types them
-ARG_FIELDS = [
-    ("External id", "external_id", "BIGINT"), ("correlation", "correlation", "BIGINT"),
-    ("device", "device", "INTEGER"), ("stream", "stream", "BIGINT"), ("bytes", "bytes", "BIGINT"),
-    ("Input Dims", "input_dims", "VARCHAR"), ("Input type", "input_type", "VARCHAR"),
-    ("Sequence number", "seq_number", "BIGINT"), ("Fwd thread id", "fwd_thread_id", "BIGINT"),
-    ("Collective name", "collective_name", "VARCHAR"), ("In msg nelems", "in_msg_nelems", "BIGINT"),
-    ("Out msg nelems", "out_msg_nelems", "BIGINT"), ("dtype", "dtype", "VARCHAR"),
-    ("Group size", "group_size", "INTEGER"), ("Process Group Name", "pg_name", "VARCHAR"),
-    ("Process Group Description", "pg_desc", "VARCHAR"), ("Process Group Ranks", "pg_ranks", "VARCHAR"),
-    ("Seq", "collective_seq", "BIGINT"), ("Total Allocated", "total_allocated_bytes", "BIGINT"),
-    ("Total Reserved", "total_reserved_bytes", "BIGINT"), ("Device Type", "device_type", "INTEGER"),
-    ("Device Id", "device_id", "INTEGER"), ("Addr", "addr", "VARCHAR"), ("name", "label", "VARCHAR"),
-    ("labels", "labels", "VARCHAR"), ("cuda_sync_kind", "sync_kind", "VARCHAR"),
-]
-# other spellings read as well (the first non-NULL value wins): [memory] events' "Bytes" and
-# old Kineto's "external id", as the JSON reader does
-ARG_ALIASES = {"External id": ["external id"], "bytes": ["Bytes"]}
+# args keys kept as typed columns: (key, column, SQL type), and their other spellings (the first
+# non-NULL value wins): the native JSON reader's own lists, so both readers type the same keys
+ARG_FIELDS = [tuple(field) for field in _native.arg_fields()]
+ARG_ALIASES = dict(_native.arg_aliases())
 BATCH_ROWS = 200_000
 TIME_LIMIT_NS = 1 << 62  # (as the JSON reading: beyond it a time is malformed, NULL)
 MAX_TRACK_DEPTH = 32

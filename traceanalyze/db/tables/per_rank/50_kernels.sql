@@ -1,9 +1,9 @@
 -- GPU activity: kernels, memcpy and memset, classified by kernel_classes.csv, on the step that launched them.
 CREATE OR REPLACE TABLE kernels AS
-WITH gpu AS (
+WITH gpu AS (  -- only the columns used (a join carries every column it is given)
     SELECT e.rank, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.device, e.stream, e.correlation,
            e.external_id, e.bytes, e.collective_name, e.in_msg_nelems, e.dtype, e.pg_name, e.group_size
-    FROM raw_events AS e  -- (not e.*: a join carries every column it is given)
+    FROM raw_events AS e
     WHERE e.ph = 'X' AND e.cat IN ('kernel', 'Kernel', 'gpu_memcpy', 'Memcpy', 'gpu_memset', 'Memset')
       AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0
 ),
