@@ -193,6 +193,8 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                       "left out (ingest the rank again)", None) for rank in stale]
     if not shards:
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
+    if stale or any(note[2] == "rank-failed" for note in notes):
+        meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this
     materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
     tmp_db = db_path.with_name(f"{db_path.name}.{os.getpid()}.tmp")
