@@ -128,3 +128,26 @@ def test_a_killed_worker_loses_its_rank_only_and_a_retry_maps_that_rank_alone(tm
     assert [r["rank"] for r in summary["ranks"]] == sorted(files)
     assert not [i for i in summary["load_issues"] if i["kind"] == "rank-failed"]
     assert list(staging.iterdir()) == []
+
+
+def test_ingest_into_a_shared_shard_folder_sweeps_only_what_this_host_left(tmp_path):
+    """A job array on many hosts writes into one (NFS) shard folder: a half-written manifest of a
+    killed map on this host goes; one of another host, where that pid may be running, stays."""
+    from traceanalyze.load.stale import host_tag
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    src = sorted(SCENARIO.glob("rank*.json.gz"))[0]
+    rank = json.loads(gzip.decompress(src.read_bytes()))["distributedInfo"]["rank"]
+    folder = tmp_path / "shards" / f"rank={rank}"
+    folder.mkdir(parents=True)
+    mine = folder / f"{MANIFEST}.{dead.pid}@{host_tag()}.tmp"
+    theirs = folder / f"{MANIFEST}.{dead.pid}@{host_tag()}-node7.tmp"
+    for path in (mine, theirs):
+        path.write_text("{")
+    proc = subprocess.run([sys.executable, "-m", "traceanalyze", "ingest", src, "--shards", tmp_path / "shards"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert not mine.exists() and theirs.exists()
+    assert is_current(ShardStore(str(tmp_path / "shards")).read_manifest(rank))
+    assert sorted(p.name for p in folder.glob(f"{MANIFEST}*")) == sorted([MANIFEST, theirs.name])
