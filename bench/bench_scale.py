@@ -134,6 +134,14 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def ranks_loaded(db: Path) -> int:
+    """Ranks in a database (a rank whose map failed is not: a Ray task whose node died...)."""
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute("SELECT count(*) FROM ranks").fetchone()[0]
+
+
 def straggler_named(summary: dict, rank: int) -> str | None:
     for f in summary["findings"]:
         if f["rule"] == "collective-straggler" and f["ranks"] == [rank]:
@@ -187,6 +195,7 @@ def bench_size(n: int, seed: int, work: Path, main_checkout: Path | None, use_ra
         ray_out = work / f"ray{n}"
         row["ray"] = timed([*ta, "load", str(traces), "--db", str(ray_out / "trace.duckdb"), "-q",
                             "--executor", "ray"], env)
+        row["ray"]["ranks_loaded"] = ranks_loaded(ray_out / "trace.duckdb")
     if main_checkout is not None:
         main_out = work / f"main{n}"
         main_env = dict(os.environ, PYTHONPATH=str(main_checkout))
@@ -211,7 +220,14 @@ def main() -> None:
     parser.add_argument("--hta-limit-s", type=float, default=1800, help="stop HTA after this many seconds")
     parser.add_argument("--hta-limit-rss-mb", type=float, default=12_000, help="stop HTA past this summed RSS")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--table-from", type=Path, nargs="+", default=None, metavar="LOG",
+                        help="print the table of the rows (JSON lines) stored in these outputs of earlier runs")
     args = parser.parse_args()
+    if args.table_from:
+        rows = [json.loads(line) for log in args.table_from for line in log.read_text().splitlines()
+                if line.startswith("{")]
+        print(table(sorted(rows, key=lambda r: r["ranks"])))
+        return
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
@@ -224,8 +240,13 @@ def main() -> None:
     print(table(rows))
 
 
-def _trio(r: dict | None) -> str:
-    return "not measured" if r is None else f"{r['wall_s']:,.1f} / {r['cpu_s']:,.1f} / {r['peak_rss_mb']:,.0f}"
+def _trio(r: dict | None, ranks: int | None = None) -> str:
+    if r is None:
+        return "not measured"
+    cell = f"{r['wall_s']:,.1f} / {r['cpu_s']:,.1f} / {r['peak_rss_mb']:,.0f}"
+    if ranks is not None and r.get("ranks_loaded", ranks) != ranks:
+        cell += f" (only {r['ranks_loaded']} of {ranks} ranks mapped)"
+    return cell
 
 
 def table(rows: list[dict]) -> str:
@@ -240,7 +261,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['ranks']:,} | {_trio(m)} | {_trio(red)} | {r['shard_mb']:.0f} | "
             f"{(m['cpu_s'] + red['cpu_s']) / r['ranks']:.2f} | {r['summary_mb']:.2f} / {r['report_mb']:.2f} | "
-            f"rank {r['straggler']} ({r['cause']}) | {_trio(r.get('main'))} | {_trio(r.get('ray'))} | "
+            f"rank {r['straggler']} ({r['cause']}) | {_trio(r.get('main'))} | {_trio(r.get('ray'), r['ranks'])} | "
             f"{hta_cell(r['hta']) if 'hta' in r else 'not measured'} | "
             f"{m['load_avg'][0]:.1f} -> {m['load_avg'][1]:.1f} |")
     return "\n".join(lines)
