@@ -57,16 +57,17 @@ def _holders(root: psutil.Process, path: Path) -> list[psutil.Process]:
     return found
 
 
-def _run_killing(args: list, victim: Path, env: dict) -> tuple[subprocess.CompletedProcess, list[int]]:
-    """Run the command; SIGKILL every child process that opens `victim`. Returns the finished
-    process and the pids killed."""
+def _run_killing(args: list, victim: Path, env: dict, most: int | None = None
+                 ) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Run the command; SIGKILL every child process that opens `victim` (the first `most` of
+    them, if given). Returns the finished process and the pids killed."""
     proc = subprocess.Popen([sys.executable, "-m", "traceanalyze", *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(proc.pid)
     killed: list[int] = []
     deadline = time.monotonic() + 600  # a hang guard only, far beyond a normal run
     while proc.poll() is None and time.monotonic() < deadline:
-        for holder in _holders(root, victim):
+        for holder in _holders(root, victim) if most is None or len(killed) < most else []:
             if holder.pid != proc.pid:  # (the command itself reads the head to find the rank)
                 holder.send_signal(signal.SIGKILL)
                 killed.append(holder.pid)
@@ -128,6 +129,23 @@ def test_a_killed_worker_loses_its_rank_only_and_a_retry_maps_that_rank_alone(tm
     assert [r["rank"] for r in summary["ranks"]] == sorted(files)
     assert not [i for i in summary["load_issues"] if i["kind"] == "rank-failed"]
     assert list(staging.iterdir()) == []
+
+
+def test_a_worker_killed_once_costs_nothing_but_time(tmp_path):
+    """One kill (the OOM killer picking a worker while memory was short): the ranks in flight
+    run again in a fresh pool and every rank is analyzed."""
+    files = _world(tmp_path / "traces")
+    out = tmp_path / "out"
+    proc, killed = _run_killing([tmp_path / "traces", "--out", out, "--workers", "2"], files[BIG_RANK],
+                                dict(os.environ), most=1)
+    assert len(killed) == 1
+    assert proc.returncode == 0, proc.stderr
+    assert "a map worker died; mapping" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]] == sorted(files)
+    assert not [i for i in summary["load_issues"] if i["kind"] == "rank-failed"]
+    assert ShardStore(str(out / "trace.shards")).read_manifest(BIG_RANK)["events"] \
+        == len(json.loads(files[BIG_RANK].read_text())["traceEvents"])
 
 
 def test_ingest_into_a_shared_shard_folder_sweeps_only_what_this_host_left(tmp_path):
