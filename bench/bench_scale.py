@@ -171,7 +171,7 @@ def hta_cell(r: dict) -> str:
         return f"stopped at {r['peak_rss_mb']:.0f} MB (memory cap) after {r['wall_s']:.0f} s"
     if r["rc"] != 0:
         return f"failed: {' '.join(r['stderr_tail'].split())[-120:]}"
-    return f"{r['wall_s']:.1f} / {r['cpu_s']:.1f} / {r['peak_rss_mb']:.0f}"
+    return _trio(r)
 
 
 def bench_size(n: int, seed: int, work: Path, main_checkout: Path | None, use_ray: bool,
