@@ -338,22 +338,38 @@ def test_a_signal_during_a_query_interrupts_it(box):
 
 
 def test_work_files_of_killed_runs_are_swept(box):
+    """A killed run's work files go at the next run when made on this host by a process that is
+    gone; the folders may be shared (NFS) by other hosts, whose files go only once a day old."""
+    from traceanalyze.load.stale import OTHER_HOST_STALE_S, host_tag
+
     work, staging = box
     folder = gen.small_trace(work / "t")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     out = work / "o"
     out.mkdir()
-    stale = [out / f"trace.duckdb.{dead.pid}.tmp", out / f"trace.duckdb.{dead.pid}.tmp.wal",
-             out / f".report.html.{dead.pid}.k2j3h4g5.tmp", staging / f"traceanalyze-{dead.pid}-abc123"]
-    live = out / f"trace.duckdb.{os.getpid()}.tmp"  # this process is alive: its file stays
-    for p in stale[:-1] + [live]:
-        p.write_text("x")
-    stale[-1].mkdir()
-    (stale[-1] / "part-0.json").write_text("[]")
+    here, elsewhere = f"{dead.pid}@{host_tag()}", f"{dead.pid}@{host_tag()}-other-node"
+    stale = [out / f"trace.duckdb.{here}.tmp", out / f"trace.duckdb.{here}.tmp.wal",
+             out / f".report.html.{here}.k2j3h4g5.tmp", out / f"trace.duckdb.{elsewhere}.tmp",
+             out / f".summary.json.{dead.pid}.a1b2c3d4.tmp",  # (a name without its host)
+             staging / f"traceanalyze-{here}-abc123", staging / f"traceanalyze-{elsewhere}-def456"]
+    old = {stale[3], stale[4], stale[6]}  # another host's (or an unknown one's): a day old, then gone
+    live = [out / f"trace.duckdb.{os.getpid()}@{host_tag()}.tmp",  # this process is alive
+            out / f"trace.duckdb.{elsewhere}-2.tmp",  # a pid on another host: may be running there
+            out / f".summary.json.{dead.pid}.e5f6g7h8.tmp",
+            staging / f"traceanalyze-{elsewhere}-2-ghi789"]
+    day_ago = time.time() - OTHER_HOST_STALE_S - 60
+    for p in stale + live:
+        if "-abc" in p.name or "-def" in p.name or "-ghi" in p.name:
+            p.mkdir()
+            (p / "rank.duckdb").write_text("x")
+        else:
+            p.write_text("x")
+        if p in old:
+            os.utime(p, (day_ago, day_ago))
     assert_clean(run(folder, "--out", out, "--force", cwd=work, staging=staging), 0)
     assert [p for p in stale if p.exists()] == []
-    assert live.exists()
+    assert [p for p in live if not p.exists()] == []
 
 
 def test_a_file_size_limit_is_a_one_line_error(box, big):

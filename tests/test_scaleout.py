@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -213,17 +214,56 @@ def test_traces_and_shards_in_s3(tmp_path, reference, s3_env):
     assert [(i["rank"], i["file"]) for i in failed] == [(3, f"s3://job/traces/{files[3].name}")]
 
 
+def _stop_cluster(temp_dir: str, port: int) -> None:
+    """Stop the Ray cluster started with --temp-dir `temp_dir` and --port `port`, and only it:
+    `ray stop` stops every Ray process of the machine, a developer's own cluster included. Its
+    daemons name the folder or the head's address on their command line; its workers are their
+    children."""
+    import psutil
+
+    def ours(args: list[str]) -> bool:
+        return any(temp_dir in arg or (arg.startswith("--address=") and arg.endswith(f":{port}"))
+                   for arg in args)
+
+    daemons = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if ours(proc.info["cmdline"] or []):
+                daemons.append(proc)
+        except psutil.Error:
+            pass
+    procs = {p.pid: p for p in daemons}
+    for proc in daemons:
+        try:
+            procs.update({c.pid: c for c in proc.children(recursive=True)})
+        except psutil.Error:
+            pass
+    for proc in procs.values():
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=30)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
     port = _free_port()
     home = tmp_path / "home"  # a private ~/.ray (its auth token) for this cluster and its client
     home.mkdir()
+    # (a short private folder: Ray's socket paths must fit in 107 bytes)
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", HOME=str(home))
-    start = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-                            "--disable-usage-stats"],
-                           capture_output=True, text=True, env=env, timeout=300)
-    assert start.returncode == 0, start.stderr
     try:
+        start = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
+                                "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                                "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                               capture_output=True, text=True, env=env, timeout=300)
+        assert start.returncode == 0, start.stderr
         out = tmp_path / "out"
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "traceanalyze", str(FIXTURES / SCENARIO), "--out", str(out),
@@ -234,4 +274,5 @@ def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
         assert _loud(_summary(out)) == _loud(reference)
         assert len(list((out / "trace.shards").glob(f"rank=*/{MANIFEST}"))) == 4
     finally:
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, env=env, timeout=120)
+        _stop_cluster(temp_dir, port)
+        shutil.rmtree(temp_dir, ignore_errors=True)

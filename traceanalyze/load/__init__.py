@@ -36,7 +36,7 @@ from traceanalyze.load.reduce import (
     usable_shards,
 )
 from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
-from traceanalyze.load.stale import sweep_database_tmp, sweep_staging
+from traceanalyze.load.stale import marker, sweep_database_tmp, sweep_staging
 
 Progress = Callable[[str], None]
 # (importing the submodule traceanalyze.load.map binds `map` in this namespace: no builtin map() here)
@@ -193,9 +193,11 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                       "left out (ingest the rank again)", None) for rank in stale]
     if not shards:
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
+    if stale or any(note[2] == "rank-failed" for note in notes):
+        meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this
     materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
-    tmp_db = db_path.with_name(f"{db_path.name}.{os.getpid()}.tmp")
+    tmp_db = db_path.with_name(f"{db_path.name}.{marker()}.tmp")
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)

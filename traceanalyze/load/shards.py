@@ -22,6 +22,7 @@ import fsspec
 from traceanalyze import __version__
 from traceanalyze import db as tracedb
 from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.stale import marker, sweep_manifest_tmp
 
 SHARD_FORMAT = "traceanalyze.shard/1"
 MANIFEST = "manifest.json"
@@ -97,6 +98,8 @@ class ShardStore:
                 fs.rm_file(f"{folder}/{name}")
             except (FileNotFoundError, OSError):
                 pass
+        if not self.remote:  # a manifest half-written by a killed map (load/stale.py)
+            sweep_manifest_tmp(Path(folder), MANIFEST)
 
     def write_manifest(self, rank: int, manifest: dict) -> None:
         """Atomically: a local file is renamed into place; an object PUT is atomic."""
@@ -105,7 +108,7 @@ class ShardStore:
         if self.remote:
             self.fs().pipe_file(path, data)
             return
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{marker()}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()

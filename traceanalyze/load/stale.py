@@ -1,12 +1,19 @@
 """Work files of runs that were killed (SIGKILL, a power cut) and could not clean up.
 
-Every temporary name carries the pid of the process that made it:
-  - `<db name>.<pid>.tmp`, its `.wal` and DuckDB's spill folder `.tmp.tmp`: a database
+Every temporary name carries a marker `<pid>@<host>` of the process that made it:
+  - `<db name>.<pid>@<host>.tmp`, its `.wal` and DuckDB's spill folder `.tmp.tmp`: a database
     being written (load),
-  - `traceanalyze-<pid>-*`: a rank's work folder (load, in $TMPDIR or /dev/shm),
-  - `.<name>.<pid>.*.tmp`: an output being written (output/atomic.py).
-The next run removes those whose process no longer exists (and that this user owns); a
-live run's files are left alone.
+  - `traceanalyze-<pid>@<host>-*`: a rank's work folder (a map, in $TMPDIR, /dev/shm or
+    $TRACEANALYZE_TMPDIR),
+  - `manifest.json.<pid>@<host>.tmp`: a shard's manifest being written (shards.py),
+  - `.<name>.<pid>.*.tmp`: an output being written (output/atomic.py; `<pid>@<host>` also read).
+
+The folders may be shared by many hosts (an NFS shard folder that a job array writes into),
+where a pid says nothing about another machine's processes. So the next run removes such a
+file (one this user owns) when it was made on this host by a process that no longer exists;
+one made on another host, or whose name has no host, only once it is older than
+`OTHER_HOST_STALE_S` (24 hours: no map, database build or output write lasts that long).
+A live run's files are left alone.
 """
 
 from __future__ import annotations
@@ -14,16 +21,30 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import time
 from pathlib import Path
 
 STAGING_PREFIX = "traceanalyze-"
-_STAGING = re.compile(re.escape(STAGING_PREFIX) + r"(\d+)-\w+")
-_OUTPUT_TMP = re.compile(r"\..+\.(\d+)\.\w+\.tmp")
+OTHER_HOST_STALE_S = 24 * 3600
+_MARK = r"(\d+)(?:@([A-Za-z0-9-]+))?"  # a pid, then (in every name but atomic.py's) its host
+_STAGING = re.compile(re.escape(STAGING_PREFIX) + _MARK + r"-\w+")
+_OUTPUT_TMP = re.compile(r"\..+\." + _MARK + r"\.\w+\.tmp")
+
+
+def host_tag(name: str | None = None) -> str:
+    """This host's name as it goes into file names: letters, digits and '-' only, at most 64."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", name if name is not None else socket.gethostname())[:64] or "-"
+
+
+def marker() -> str:
+    """`<pid>@<host>` of this process, for the names of its temporary files."""
+    return f"{os.getpid()}@{host_tag()}"
 
 
 def staging_prefix() -> str:
     """The prefix of this process's staging folder (tempfile.mkdtemp(prefix=...))."""
-    return f"{STAGING_PREFIX}{os.getpid()}-"
+    return f"{STAGING_PREFIX}{marker()}-"
 
 
 def pid_alive(pid: int) -> bool:
@@ -38,12 +59,18 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _dead_and_mine(path: Path, pid: str) -> bool:
+def is_stale(path: Path, pid: str, host: str | None, now: float | None = None) -> bool:
+    """A work file of a process that is gone: this user's, and made on this host by a dead
+    process, or made elsewhere (or by a name without a host) more than OTHER_HOST_STALE_S ago."""
     try:
-        owner = path.lstat().st_uid
+        st = path.lstat()
     except OSError:
         return False
-    return owner == os.getuid() and not pid_alive(int(pid))
+    if st.st_uid != os.getuid():
+        return False
+    if host and host == host_tag():
+        return not pid_alive(int(pid))
+    return (now if now is not None else time.time()) - st.st_mtime > OTHER_HOST_STALE_S
 
 
 def _remove(path: Path) -> None:
@@ -57,8 +84,8 @@ def _remove(path: Path) -> None:
 
 
 def sweep_database_tmp(db_path: Path) -> list[Path]:
-    """`<db>.<pid>.tmp[.wal]` next to `db_path` left by dead processes; returns what went."""
-    pattern = re.compile(re.escape(db_path.name) + r"\.(\d+)\.tmp(?:\.wal|\.tmp)?")
+    """`<db>.<pid>@<host>.tmp[.wal]` next to `db_path` left by dead processes; returns what went."""
+    pattern = re.compile(re.escape(db_path.name) + r"\." + _MARK + r"\.tmp(?:\.wal|\.tmp)?")
     return _sweep(db_path.parent, pattern)
 
 
@@ -72,6 +99,11 @@ def sweep_staging(folders) -> list[Path]:
     return gone
 
 
+def sweep_manifest_tmp(folder: Path, manifest_name: str) -> list[Path]:
+    """`<manifest>.<pid>@<host>.tmp` in a (local) shard folder, left by dead processes."""
+    return _sweep(folder, re.compile(re.escape(manifest_name) + r"\." + _MARK + r"\.tmp"))
+
+
 def sweep_outputs(folder: Path) -> list[Path]:
     """Half-written outputs (output/atomic.py) of dead processes in `folder`."""
     return _sweep(folder, _OUTPUT_TMP)
@@ -83,9 +115,10 @@ def _sweep(folder: Path, pattern: re.Pattern) -> list[Path]:
         entries = list(os.scandir(folder))
     except OSError:
         return gone
+    now = time.time()
     for entry in entries:
         m = pattern.fullmatch(entry.name)
-        if m and _dead_and_mine(Path(entry.path), m.group(1)):
+        if m and is_stale(Path(entry.path), m.group(1), m.group(2) or None, now):
             _remove(Path(entry.path))
             gone.append(Path(entry.path))
     return gone
