@@ -25,6 +25,12 @@ from traceanalyze.load.read import RankRead, base_time_ns, read_rank
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, new_manifest
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
+# A rank's private database is in memory when its trace is at most this big (JSON bytes,
+# estimated for gzip): a small rank's map is then mostly DuckDB's fixed cost, and a database
+# file adds a third to it (its writes and fsyncs). A bigger one is a file (in RAM-backed
+# /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict under the limit.
+IN_MEMORY_MAX_BYTES = 64 << 20
+
 # notes of read_rank that are choices we made, not data lost or doubtful
 INFO_KINDS = {"begin-end", "memory-limit-lifted"}
 
@@ -40,7 +46,8 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
     try:
         local = _fetched(tf, work)
-        con = tracedb.open_quiet(work / "rank.duckdb")
+        small = estimated_uncompressed_bytes(local.path) <= IN_MEMORY_MAX_BYTES
+        con = tracedb.open_quiet(":memory:" if small else work / "rank.duckdb")
         try:
             if threads:
                 con.execute(f"SET threads = {int(threads)}")
@@ -85,7 +92,8 @@ def _build(con, tf: TraceFile, local: TraceFile) -> tuple[RankRead, list[str]]:
     _insert_rank(con, tf, read)
     _record_issues(con, tf, read)
     memory_notes: list[tuple[str, str]] = []
-    relaxing_memory(con, lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files()), memory_notes)
+    relaxing_memory(con, lambda: _in_one_transaction(
+        con, lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files())), memory_notes)
     file = tf.url or str(tf.path)
     if memory_notes:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, 'info', ?, NULL)",
@@ -180,3 +188,14 @@ def _write_tables(con, store: ShardStore, rank: int, out: Path) -> dict[str, int
 def worker_threads(workers: int) -> int:
     """DuckDB threads per map when `workers` maps run at once on this machine."""
     return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def _in_one_transaction(con, action) -> None:
+    """`action`'s statements committed once (each statement on its own commits and syncs)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        action()
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
