@@ -26,6 +26,7 @@ from traceanalyze.findings import Finding
 from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.progress import ProgressChoice, progress_reporter
+from traceanalyze.summary_file import summary_from_source
 from traceanalyze.summary_model import Summary
 
 if TYPE_CHECKING:
@@ -274,8 +275,6 @@ def summary_dict_of(source: SummarySource, db_for: Callable[[Path], Path] | None
                     progress: ProgressChoice = False) -> dict[str, Any]:
     """An Analysis, a Summary, a summary dict, a summary.json path, or a trace folder: analyzed,
     its database at `db_for(folder)` (else a temporary one)."""
-    from traceanalyze.commands._source import summary_from_source
-
     if isinstance(source, Analysis):
         return source.summary_dict
     if isinstance(source, Summary):

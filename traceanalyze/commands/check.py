@@ -8,7 +8,7 @@ import click
 
 from traceanalyze.commands._analyze import analyzer, gate_settings, known_rules
 from traceanalyze.commands._options import out_option, param_option, ranks_option
-from traceanalyze.commands._source import summary_from_source
+from traceanalyze.summary_file import summary_from_source
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.gate import SEVERITIES, GatePolicy, GateResult, evaluate, parse_rule_list
 from traceanalyze.load.discover import parse_rank_selection
