@@ -106,6 +106,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
     URL; default <db>.shards); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
     to analyze the shards written by `traceanalyze ingest`.
     """
+    from traceanalyze.diagnose import diagnose
     from traceanalyze.summary import build_summary
 
     if trace_dir is None and not shards:
@@ -127,10 +128,11 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         else:
             load_trace_dir(source, db_path, rank_set(ranks), reuse=not force, progress=say, executor=executor,
                            shards=shards, workers=workers, ray_address=ray_address)
-        say("running rules")
         con = tracedb.connect(db_path, read_only=True)
         try:
-            summary = build_summary(con, str(source), settings)
+            say("running rules")
+            diagnosis = diagnose(con, settings)
+            summary = build_summary(con, str(source), diagnosis)
         finally:
             con.close()
     except BaseException:

@@ -11,6 +11,8 @@ from typing import Any
 
 import duckdb
 
+from traceanalyze.errors import TraceError
+
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
 REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
                    "step_comm", "step_waits", "step_batches")
@@ -92,6 +94,15 @@ def missing_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Analysis tables this database lacks (it was built by an older traceanalyze)."""
     present = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     return [t for t in REQUIRED_TABLES if t not in present]
+
+
+def require_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """TraceError when the database was built by an older traceanalyze (the rules and the
+    summary read tables it lacks)."""
+    missing = missing_tables(con)
+    if missing:
+        raise TraceError("the trace database was built by an older traceanalyze (no "
+                         f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
 
 
 def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:

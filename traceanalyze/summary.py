@@ -1,4 +1,5 @@
-"""Stage 5: the summary.json dict (schema traceanalyze.summary/1, see ARCHITECTURE.md) from a trace database.
+"""Stage 5: the summary.json dict (schema traceanalyze.summary/1, see ARCHITECTURE.md) from a trace
+database and the rules stage's `Diagnosis` (the summary does not run rules: `diagnose.py` does).
 
 Renderers read only this dict. Notes on the numbers:
 - all per-rank numbers use the aligned steps (present on every rank); phases_ms are means per step;
@@ -16,17 +17,16 @@ from typing import Any
 import duckdb
 
 from traceanalyze import __version__
-from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.diagnose import Diagnosis
+from traceanalyze.judge import judgement
 from traceanalyze.metrics import (
     PHASES,
     memory_by_step,
-    missing_tables,
     rank_metrics,
+    require_analysis_tables,
     step_comparison,
     timeline,
 )
-from traceanalyze.judge import judgement, window_facts
-from traceanalyze.ruleset import run_rules
 
 SCHEMA = "traceanalyze.summary/1"
 
@@ -99,21 +99,15 @@ def detail_ranks(ranks: list[dict], steps: dict, findings: list[dict]) -> list[i
     return sorted(set(slowest) | set(list(named)[:DETAIL_SLOWEST]))
 
 
-def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dict[str, Any]:
-    """Metrics + findings + load issues of an open trace database -> the summary.json dict."""
-    missing = missing_tables(con)
-    if missing:
-        raise TraceanalyzeError("the trace database was built by an older traceanalyze (no "
-                                f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
-    failures: list[tuple[str, str]] = []
-    abstained: list[tuple[str, str]] = []
-    findings = run_rules(con, config, failures, abstained)
+def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Diagnosis) -> dict[str, Any]:
+    """Metrics of an open trace database + the rules stage's findings + load issues -> the summary.json dict."""
+    require_analysis_tables(con)
     rule_issues = [{"rank": None, "file": None, "kind": "rule-failed", "severity": "warning",
                     "message": f"rule {rule_id} could not run on this trace and was skipped ({error})",
-                    "count": None} for rule_id, error in failures]
+                    "count": None} for rule_id, error in diagnosis.failures]
     ranks = _ranks(con, rank_metrics(con))
     steps = step_comparison(con)
-    finding_dicts = [f.to_dict() for f in findings]
+    finding_dicts = [f.to_dict() for f in diagnosis.findings]
     detail = set(detail_ranks(ranks, steps, finding_dicts))
     return {
         "schema": SCHEMA,
@@ -128,5 +122,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
         "memory": [m for m in memory_by_step(con) if m["rank"] in detail],
         "findings": finding_dicts,
         "load_issues": _load_issues(con) + rule_issues,
-        "judgement": judgement(window_facts(con), abstained),
+        "judgement": judgement(diagnosis.window, list(diagnosis.abstained)),
     }
