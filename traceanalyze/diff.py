@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from traceanalyze.findings import sort_finding_dicts
 from traceanalyze.metrics import PHASES
 from traceanalyze.output.units import PHASE_LONG_LABELS as PHASE_LABELS
 
@@ -187,12 +188,13 @@ def diff_ranks(old: dict, new: dict) -> list[RankDiff]:
 
 
 def diff_findings(old: dict, new: dict) -> tuple[list[dict], list[dict], list[dict]]:
-    """(added, removed, unchanged) findings, matched by `finding_key`."""
-    old_keys = {finding_key(f) for f in old.get("findings") or []}
-    new_keys = {finding_key(f) for f in new.get("findings") or []}
-    added = [f for f in new.get("findings") or [] if finding_key(f) not in old_keys]
-    removed = [f for f in old.get("findings") or [] if finding_key(f) not in new_keys]
-    unchanged = [f for f in new.get("findings") or [] if finding_key(f) in old_keys]
+    """(added, removed, unchanged) findings, matched by `finding_key`, each in the finding order."""
+    old_findings, new_findings = sort_finding_dicts(old.get("findings")), sort_finding_dicts(new.get("findings"))
+    old_keys = {finding_key(f) for f in old_findings}
+    new_keys = {finding_key(f) for f in new_findings}
+    added = [f for f in new_findings if finding_key(f) not in old_keys]
+    removed = [f for f in old_findings if finding_key(f) not in new_keys]
+    unchanged = [f for f in new_findings if finding_key(f) in old_keys]
     return added, removed, unchanged
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from traceanalyze.diff import Delta, diff_summaries, finding_key
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.findings import SEVERITIES, severity_level
+from traceanalyze.findings import SEVERITIES, severity_level, sort_finding_dicts
 
 DEFAULT_FAIL_ON = "error"
 # A load warning is heavy (fails the gate) when it cost a rank at least this share of its
@@ -115,7 +115,7 @@ def mark_findings(summary: dict, policy: GatePolicy, baseline: dict | None) -> l
     """Selected findings as copies with "new" (vs the baseline) and "fails" (the gate) set."""
     known = {finding_key(f) for f in (baseline or {}).get("findings") or []}
     out = []
-    for finding in summary.get("findings") or []:
+    for finding in sort_finding_dicts(summary.get("findings")):
         if not policy.selects(finding["rule"]):
             continue
         new = baseline is None or finding_key(finding) not in known

@@ -11,7 +11,8 @@ from importlib import resources
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from traceanalyze.output import charts as chartlib
-from traceanalyze.output.terminal import render_verdict, verdict_order
+from traceanalyze.output.presentation import ordered_findings
+from traceanalyze.output.terminal import render_verdict
 from traceanalyze.output.units import fmt_ms, fmt_ranks
 
 SCOPE = ".traceanalyze-nb"
@@ -47,7 +48,7 @@ def render_analysis_html(summary: dict) -> str:
     findings = [{"severity": f["severity"], "rule": f["rule"], "title": f["title"],
                  "ranks": fmt_ranks(f.get("ranks") or []),
                  "cost": fmt_ms((f.get("cost") or {}).get("ms_per_step"))}
-                for f in verdict_order(summary["findings"])]
+                for f in ordered_findings(summary)]
     return _environment().get_template("notebook.html").render(
         css=chart_css(), verdict=render_verdict(summary, [], color=False), findings=findings,
         timeline=chartlib.step_timeline(summary))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traceanalyze.findings import sort_finding_dicts
 from traceanalyze.metrics import skew_pct
 
 
@@ -17,3 +18,9 @@ def rank_skew_pct(summary: dict) -> float | None:
 def is_gpu_trace(summary: dict) -> bool:
     """Some rank ran GPU work (its GPU metrics are not null)."""
     return any((r.get("metrics") or {}).get("gpu_busy_pct") is not None for r in summary.get("ranks") or [])
+
+
+def ordered_findings(summary: dict) -> list[dict]:
+    """The summary's findings in the one finding order (findings.finding_order: severity, then
+    cost per step), the order every renderer lists them in."""
+    return sort_finding_dicts(summary.get("findings"))

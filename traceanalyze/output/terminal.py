@@ -9,10 +9,9 @@ from pathlib import Path
 import click
 
 from traceanalyze.output import escape
-from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
+from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
 from traceanalyze.output.charts import hot_ranks
-from traceanalyze.output.html import order_findings
-from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
+from traceanalyze.output.units import PHASES, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
 
 WIDTH = 80
 MAX_RANK_ROWS = 8
@@ -123,14 +122,8 @@ def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
     return lines
 
 
-def verdict_order(findings: list[dict]) -> list[dict]:
-    """The order the verdict lists findings in: by severity, then cost (largest first)."""
-    by_cost = order_findings(findings)
-    return sorted(by_cost, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))  # stable: cost within
-
-
 def _findings(summary: dict, st: _Style) -> list[str]:
-    ordered = verdict_order(summary["findings"])
+    ordered = ordered_findings(summary)
     if not ordered:
         return ["No findings: no rule fired on this trace."]
     counts = [_plural(sum(1 for f in ordered if f["severity"] == sev), sev) for sev in ("error", "warning")]

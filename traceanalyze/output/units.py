@@ -17,7 +17,6 @@ PHASE_LABELS = {
 }
 # the same phases spelled out, where there is room (diff and gate reasons)
 PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed", "other": "other host work"}
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def fmt_ms(value: float | None) -> str:
