@@ -52,7 +52,12 @@ def test_terminal_notebook_and_html_list_findings_in_the_one_order():
     assert _order_in(terminal[terminal.index("Findings"):]) == EXPECTED
     notebook = render_analysis_html(summary)
     assert _order_in(notebook[notebook.index("ta-findings"):]) == EXPECTED
-    assert [f.rule for f in build_context(summary, "trace.duckdb").findings] == EXPECTED
+    context = build_context(summary, "trace.duckdb")
+    assert [f.rule for f in context.findings] == EXPECTED
+    assert context.verdict == "the collective-straggler finding"  # the first finding: the worst
+    # the "Biggest cost" figure is the costliest finding whatever its severity (90 ms, info)
+    (biggest,) = [k for k in context.kpis if k.label == "Biggest cost"]
+    assert biggest.value == "90.0 ms/step" and "launch-bound-kernels" in biggest.detail
 
 
 def test_gate_ci_formats_and_diff_list_findings_in_the_one_order():

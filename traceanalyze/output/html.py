@@ -200,10 +200,12 @@ def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     aligned = st.get("aligned") or []
     where = f" on all {len(summary['ranks'])} ranks analysed" if len(summary["ranks"]) > 1 else ""
     kpis.append(Kpi("Steps compared" if where else "Steps", str(len(aligned)), f"steps {fmt_steps(aligned)}{where}"))
-    if ordered and (ordered[0].get("cost") or {}).get("ms_per_step") is not None:
-        cost = ordered[0]["cost"]
+    costed = [f for f in ordered if (f.get("cost") or {}).get("ms_per_step") is not None]
+    if costed:
+        costliest = max(costed, key=lambda f: f["cost"]["ms_per_step"])  # the first of equals, in finding order
+        cost = costliest["cost"]
         kpis.append(Kpi("Biggest cost", fmt_ms(cost["ms_per_step"]) + "/step",
-                        f"{fmt_pct(cost.get('pct_of_step'))} of the step · {ordered[0]['rule']}", "bad"))
+                        f"{fmt_pct(cost.get('pct_of_step'))} of the step · {costliest['rule']}", "bad"))
     elif ordered:
         kpis.append(Kpi("Findings", str(len(ordered)), "none with a cost in time per step"))
     else:
