@@ -30,6 +30,10 @@ def test_64_ranks_fit_in_80_columns_and_a_screen():
     assert len(lines) < 40
     assert "rank 17 *" in text and "median rank" in text
     assert "more ranks in report.html" in text
+    # the median rank row: per phase, the median over all 64 ranks (the mean of the middle two)
+    forward_ms = sorted(0.25 * (180.0 if r == 17 else 100.0 + r % 5) for r in range(64))
+    row = next(line for line in lines if line.startswith("  median rank")).split()[2:]
+    assert float(row[2]) == (forward_ms[31] + forward_ms[32]) / 2 == 25.5
 
 
 def test_findings_are_listed_by_severity_with_rank_cost_and_advice():

@@ -12,11 +12,10 @@ the job back; `steps.median_rank_step_ms` / `worst_rank_step_ms` are the latter.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 
 from traceanalyze.findings import sort_finding_dicts
-from traceanalyze.metrics import PHASES
+from traceanalyze.metrics import PHASES, median, own_step_medians
 from traceanalyze.output.units import PHASE_LONG_LABELS as PHASE_LABELS
 
 UNITS = ("ms", "pct", "bytes")  # pct values are already shares of a step (0-100)
@@ -103,7 +102,7 @@ def _values(summary: dict, pick) -> list[float]:
 
 
 def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    return median(values) if values else None
 
 
 def _max(values: list[float]) -> float | None:
@@ -146,8 +145,7 @@ def job_metrics(summary: dict) -> list[tuple[str, str, str, float | None]]:
 
 def _own_step_ms(summary: dict, rank: int) -> float | None:
     """Median over aligned steps of the rank's own step time (steps.per_step[].ms_by_rank)."""
-    values = [row.get("ms_by_rank", {}).get(str(rank)) for row in (summary.get("steps") or {}).get("per_step") or []]
-    return _median([float(v) for v in values if v is not None])
+    return own_step_medians((summary.get("steps") or {}).get("per_step") or []).get(str(rank))
 
 
 def rank_metrics(summary: dict, rank: int) -> list[tuple[str, str, str, float | None]]:

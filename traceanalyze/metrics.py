@@ -47,7 +47,7 @@ ORDER BY p.rank
 """
 
 PER_STEP_SQL = """
-SELECT w.step, w.rank, w.dur_ns, w.wait_ns
+SELECT w.step, w.rank, w.own_ns, w.wait_ns
 FROM step_waits AS w JOIN aligned_steps USING (step)
 ORDER BY w.step, w.rank
 """
@@ -125,10 +125,23 @@ def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _median(values: list[float]) -> float:
+def median(values: list[float]) -> float:
+    """THE median of the summary (steps, ranks, rank_distribution, diff): the middle value, the
+    mean of the two middle values for an even count (DuckDB's `median`, Python's statistics.median)."""
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def own_step_medians(per_step: list[dict[str, Any]]) -> dict[str, float]:
+    """{rank (str): its median own step time, ms} over `steps.per_step[].ms_by_rank`: what names
+    the worst rank, the median rank and the slowest ranks of a big job."""
+    by_rank: dict[str, list[float]] = {}
+    for row in per_step:
+        for rank, value in (row.get("ms_by_rank") or {}).items():
+            if value is not None:
+                by_rank.setdefault(rank, []).append(value)
+    return {rank: median(values) for rank, values in by_rank.items()}
 
 
 def skew_pct(median_ms: float | None, worst_ms: float | None) -> float | None:
@@ -143,25 +156,22 @@ def step_comparison(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     per_step: dict[int, dict[str, dict[str, float]]] = {}
     for r in _rows(con, PER_STEP_SQL):
         entry = per_step.setdefault(r["step"], {"ms": {}, "wait": {}})
-        entry["ms"][str(r["rank"])] = _ms((r["dur_ns"] - r["wait_ns"]) / 1e6)
+        entry["ms"][str(r["rank"])] = _ms(r["own_ns"] / 1e6)
         entry["wait"][str(r["rank"])] = _ms(r["wait_ns"] / 1e6)
     items = []
-    by_rank: dict[str, list[float]] = {}
     for step, entry in sorted(per_step.items()):
         ms = entry["ms"]
         worst = max(ms, key=lambda k: (ms[k], -int(k)))
         items.append({"step": step, "ms_by_rank": ms, "wait_ms_by_rank": entry["wait"],
-                      "median_ms": _ms(_median(list(ms.values()))), "worst_ms": ms[worst], "worst_rank": int(worst)})
-        for rank, value in ms.items():
-            by_rank.setdefault(rank, []).append(value)
-    rank_medians = {rank: _median(values) for rank, values in by_rank.items()}
+                      "median_ms": _ms(median(list(ms.values()))), "worst_ms": ms[worst], "worst_rank": int(worst)})
+    rank_medians = own_step_medians(items)
     worst_rank = max(rank_medians, key=lambda k: (rank_medians[k], -int(k))) if rank_medians else None
     return {
         "aligned": [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()],
-        "median_rank_step_ms": _ms(_median(list(rank_medians.values()))) if rank_medians else None,
+        "median_rank_step_ms": _ms(median(list(rank_medians.values()))) if rank_medians else None,
         "worst_rank": None if worst_rank is None else int(worst_rank),
         "worst_rank_step_ms": None if worst_rank is None else _ms(rank_medians[worst_rank]),
-        "rank_skew_pct": _ms(skew_pct(_median(list(rank_medians.values())), rank_medians[worst_rank]))
+        "rank_skew_pct": _ms(skew_pct(median(list(rank_medians.values())), rank_medians[worst_rank]))
         if worst_rank is not None else None,
         "per_step": items,
         "lateness_ms": [{"step": r["step"], "rank": r["rank"], "late_ms": _ms(r["late_ms"])}

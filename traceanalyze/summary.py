@@ -21,7 +21,9 @@ from traceanalyze.diagnose import Diagnosis
 from traceanalyze.judge import judgement
 from traceanalyze.metrics import (
     PHASES,
+    median,
     memory_by_step,
+    own_step_medians,
     rank_metrics,
     require_analysis_tables,
     step_comparison,
@@ -63,21 +65,15 @@ def _distribution(values: list[float]) -> dict[str, float | None]:
     ordered = sorted(v for v in values if v is not None)
     if not ordered:
         return {"median": None, "p90": None, "max": None}
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-    return {"median": round(at(0.5), 3), "p90": round(at(0.9), 3), "max": round(ordered[-1], 3)}
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]  # a rank's own value
+    return {"median": round(median(ordered), 3), "p90": round(p90, 3), "max": round(ordered[-1], 3)}
 
 
 def rank_distribution(ranks: list[dict], steps: dict) -> dict[str, Any]:
     """Median, p90 and max over ranks of the main per-rank numbers (the shape of a big job)."""
     metrics = [r["metrics"] for r in ranks if r.get("metrics")]
-    own: dict[str, list[float]] = {}
-    for p in steps.get("per_step", []):
-        for rank, ms in p["ms_by_rank"].items():
-            own.setdefault(rank, []).append(ms)
-    own_median = [sorted(v)[len(v) // 2] for v in own.values() if v]
     out = {"ranks": len(ranks),
-           "own_step_ms": _distribution(own_median),
+           "own_step_ms": _distribution(list(own_step_medians(steps.get("per_step", [])).values())),
            "step_time_ms": _distribution([m["step_time_ms"]["median"] for m in metrics]),
            "comm_ms_per_step": _distribution([m.get("comm_ms_per_step") for m in metrics]),
            "gpu_busy_pct": _distribution([m.get("gpu_busy_pct") for m in metrics])}
@@ -90,11 +86,8 @@ def detail_ranks(ranks: list[dict], steps: dict, findings: list[dict]) -> list[i
     everyone = [r["rank"] for r in ranks]
     if len(everyone) <= DETAIL_ALL_RANKS_MAX:
         return everyone
-    own: dict[int, list[float]] = {}
-    for p in steps.get("per_step", []):
-        for rank, ms in p["ms_by_rank"].items():
-            own.setdefault(int(rank), []).append(ms)
-    slowest = sorted(own, key=lambda r: (-sorted(own[r])[len(own[r]) // 2], r))[:DETAIL_SLOWEST]
+    own = {int(rank): ms for rank, ms in own_step_medians(steps.get("per_step", [])).items()}
+    slowest = sorted(own, key=lambda r: (-own[r], r))[:DETAIL_SLOWEST]
     named = {r for f in findings for r in f.get("ranks") or [] if len(f.get("ranks") or []) < len(everyone)}
     return sorted(set(slowest) | set(list(named)[:DETAIL_SLOWEST]))
 

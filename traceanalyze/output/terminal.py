@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 from pathlib import Path
 
@@ -72,15 +71,14 @@ def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
     lines = [head]
     rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
             for r in _shown_ranks(summary, hot)]
-    if len(summary["ranks"]) > MAX_RANK_ROWS:
-        median = {p: statistics.median([(r["metrics"]["phases_ms"].get(p) or 0) for r in summary["ranks"]])
-                  for p in PHASES}
-        rows.insert(0, ("  median rank", median))
+    medians = ((summary.get("rank_distribution") or {}).get("phases_ms") or {})
+    if len(summary["ranks"]) > MAX_RANK_ROWS and medians:
+        rows.insert(0, ("  median rank", {p: (medians.get(p) or {}).get("median") for p in PHASES}))
     for label, phases in rows:
         total = sum(v or 0 for v in phases.values())
         text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(total).rjust(7)
         lines.append(st(text, bold=True) if label.endswith("*") else text)
-    hidden = len(summary["ranks"]) - len(rows) + (1 if len(summary["ranks"]) > MAX_RANK_ROWS else 0)
+    hidden = len(summary["ranks"]) - len(rows) + (1 if rows and rows[0][0] == "  median rank" else 0)
     if hidden > 0:
         lines.append(f"  ({hidden} more ranks in report.html)")
     lines.append("  comm = communication exposed (blocked on a collective); step = the mean step")
