@@ -18,8 +18,8 @@ import duckdb
 import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnose import diagnose
+from traceanalyze.load import load_trace_dir
 from traceanalyze.ruleset import load_rules
 from traceanalyze.summary import build_summary
 

@@ -24,8 +24,8 @@ import duckdb
 import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnose import diagnose
+from traceanalyze.load import load_trace_dir
 from traceanalyze.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 import traceanalyze
-
 from traceanalyze.diagnose import STRICT_RULES_ENV, diagnose
 from traceanalyze.ruleset import builtin_rules_dir, load_rules
 from traceanalyze.summary import build_summary

@@ -189,9 +189,9 @@ class Analysis:
 
     def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> polars.DataFrame:
         """Run a query (parameters bound with `?` or `$name`) -> a polars DataFrame."""
-        from traceanalyze.db.frames import to_polars
-
         import duckdb
+
+        from traceanalyze.db.frames import to_polars
 
         try:
             cur = self.connection().execute(query, params) if params is not None \

@@ -26,7 +26,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import yaml
 
 from traceanalyze.errors import TraceanalyzeError

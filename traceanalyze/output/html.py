@@ -17,8 +17,8 @@ from pathlib import Path
 from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
-from traceanalyze.output.templating import render
 from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
+from traceanalyze.output.templating import render
 from traceanalyze.output.units import (
     fmt_bytes,
     fmt_ms,

@@ -8,14 +8,20 @@ from pathlib import Path
 import click
 
 from traceanalyze.output import escape
-from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
 from traceanalyze.output.charts import hot_ranks
-from traceanalyze.output.units import PHASES, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
+from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
+from traceanalyze.output.units import (
+    PHASE_SHORT_LABELS,
+    PHASES,
+    fmt_ms,
+    fmt_pct,
+    fmt_rank_count,
+    fmt_ranks,
+    fmt_steps,
+)
 
 WIDTH = 80
 MAX_RANK_ROWS = 8
-PHASE_HEADS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
-               "optimizer": "optim", "comm_exposed": "comm", "other": "other"}
 SEVERITY_STYLE = {"error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "bold": True},
                   "info": {"fg": "blue", "bold": True}}
 
@@ -67,7 +73,7 @@ def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
 
 
 def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
-    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_HEADS[p].rjust(7) for p in PHASES) + "   step"
+    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_SHORT_LABELS[p].rjust(7) for p in PHASES) + "   step"
     lines = [head]
     rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
             for r in _shown_ranks(summary, hot)]
