@@ -30,7 +30,7 @@ def _rank(rank: int, step_ms: float, phases_ms: dict, gpu_idle_pct, peak_bytes) 
     return {"rank": rank, "file": f"traces/rank{rank}.pt.trace.json.gz", "clock_offset_ns": 0,
             "metrics": {
                 "steps": len(STEPS),
-                "step_time_ms": {"median": step_ms, "p95": step_ms, "max": step_ms},
+                "step_time_ms": {"median": step_ms, "p95": step_ms, "max": step_ms, "mean": step_ms},
                 "phases_ms": phases_ms,
                 "phases_pct": {p: 100.0 * v / step_ms for p, v in phases_ms.items()},
                 "gpu_busy_pct": None if gpu_idle_pct is None else 100.0 - gpu_idle_pct,
@@ -58,6 +58,7 @@ def rank_distribution(summary: dict) -> dict:
     out = {"ranks": len(metrics),
            "own_step_ms": _spread([statistics.median(v) for v in own.values()]),
            "step_time_ms": _spread([m["step_time_ms"]["median"] for m in metrics]),
+           "mean_step_ms": _spread([m["step_time_ms"]["mean"] for m in metrics]),
            "comm_ms_per_step": _spread([m["comm_ms_per_step"] for m in metrics]),
            "gpu_busy_pct": _spread([m["gpu_busy_pct"] for m in metrics]),
            "phases_ms": {p: _spread([m["phases_ms"][p] for m in metrics]) for p in PHASES}}

@@ -113,7 +113,8 @@ def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
         busy = r["gpu_busy_pct"]
         out[r["rank"]] = {
             "steps": r["steps"],
-            "step_time_ms": {"median": _ms(r["median_ms"]), "p95": _ms(r["p95_ms"]), "max": _ms(r["max_ms"])},
+            "step_time_ms": {"median": _ms(r["median_ms"]), "p95": _ms(r["p95_ms"]), "max": _ms(r["max_ms"]),
+                             "mean": _ms(r["mean_ms"])},
             "phases_ms": {p: _ms(r[p]) for p in PHASES},
             "phases_pct": {p: _ms(100.0 * r[p] / mean) if mean else None for p in PHASES},
             "gpu_busy_pct": _ms(busy),

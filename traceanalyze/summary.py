@@ -75,6 +75,7 @@ def rank_distribution(ranks: list[dict], steps: dict) -> dict[str, Any]:
     out = {"ranks": len(ranks),
            "own_step_ms": _distribution(list(own_step_medians(steps.get("per_step", [])).values())),
            "step_time_ms": _distribution([m["step_time_ms"]["median"] for m in metrics]),
+           "mean_step_ms": _distribution([m["step_time_ms"].get("mean") for m in metrics]),
            "comm_ms_per_step": _distribution([m.get("comm_ms_per_step") for m in metrics]),
            "gpu_busy_pct": _distribution([m.get("gpu_busy_pct") for m in metrics])}
     out["phases_ms"] = {p: _distribution([m["phases_ms"].get(p) for m in metrics]) for p in PHASES}

@@ -9,7 +9,7 @@ import click
 
 from traceanalyze.output import escape
 from traceanalyze.output.charts import hot_ranks
-from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
+from traceanalyze.output.presentation import is_gpu_trace, mean_step_ms, ordered_findings, rank_skew_pct
 from traceanalyze.output.units import (
     PHASE_SHORT_LABELS,
     PHASES,
@@ -75,14 +75,14 @@ def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
 def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
     head = "Phases (mean ms)".ljust(17) + "".join(PHASE_SHORT_LABELS[p].rjust(7) for p in PHASES) + "   step"
     lines = [head]
-    rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
-            for r in _shown_ranks(summary, hot)]
-    medians = ((summary.get("rank_distribution") or {}).get("phases_ms") or {})
-    if len(summary["ranks"]) > MAX_RANK_ROWS and medians:
-        rows.insert(0, ("  median rank", {p: (medians.get(p) or {}).get("median") for p in PHASES}))
-    for label, phases in rows:
-        total = sum(v or 0 for v in phases.values())
-        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(total).rjust(7)
+    rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"],
+             mean_step_ms(r["metrics"])) for r in _shown_ranks(summary, hot)]
+    spread = summary.get("rank_distribution") or {}
+    if len(summary["ranks"]) > MAX_RANK_ROWS and spread.get("phases_ms"):
+        rows.insert(0, ("  median rank", {p: (spread["phases_ms"].get(p) or {}).get("median") for p in PHASES},
+                        (spread.get("mean_step_ms") or {}).get("median")))
+    for label, phases, step_ms in rows:
+        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(step_ms).rjust(7)
         lines.append(st(text, bold=True) if label.endswith("*") else text)
     hidden = len(summary["ranks"]) - len(rows) + (1 if rows and rows[0][0] == "  median rank" else 0)
     if hidden > 0:
