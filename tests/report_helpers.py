@@ -42,11 +42,12 @@ def schema_errors(summary: dict) -> list[str]:
 def real_summary(db_path: Path, trace_dir: str) -> dict:
     """The summary the real pipeline builds for a loaded database, as summary.json holds it."""
     from traceanalyze.config import load_config
+    from traceanalyze.diagnose import diagnose
     from traceanalyze.summary import build_summary
 
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        summary = build_summary(con, trace_dir, load_config(ROOT, []))
+        summary = build_summary(con, trace_dir, diagnose(con, load_config(ROOT, [])))
     finally:
         con.close()
     return json.loads(json.dumps(summary, default=str))  # exactly what summary.json holds

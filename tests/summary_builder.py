@@ -30,13 +30,39 @@ def _rank(rank: int, step_ms: float, phases_ms: dict, gpu_idle_pct, peak_bytes) 
     return {"rank": rank, "file": f"traces/rank{rank}.pt.trace.json.gz", "clock_offset_ns": 0,
             "metrics": {
                 "steps": len(STEPS),
-                "step_time_ms": {"median": step_ms, "p95": step_ms, "max": step_ms},
+                "step_time_ms": {"median": step_ms, "p95": step_ms, "max": step_ms, "mean": step_ms},
                 "phases_ms": phases_ms,
                 "phases_pct": {p: 100.0 * v / step_ms for p, v in phases_ms.items()},
                 "gpu_busy_pct": None if gpu_idle_pct is None else 100.0 - gpu_idle_pct,
                 "gpu_idle_pct": gpu_idle_pct, "comm_overlap_pct": None,
                 "comm_ms_per_step": phases_ms["comm_exposed"], "peak_memory_bytes": peak_bytes,
             }}
+
+
+def _spread(values: list) -> dict:
+    """median / p90 (nearest rank) / max over ranks (nulls left out), as rank_distribution holds them."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return {"median": None, "p90": None, "max": None}
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return {"median": statistics.median(ordered), "p90": p90, "max": ordered[-1]}
+
+
+def rank_distribution(summary: dict) -> dict:
+    """The summary's rank_distribution, from its ranks and steps."""
+    metrics = [r["metrics"] for r in summary["ranks"]]
+    own = {}
+    for row in summary["steps"]["per_step"]:
+        for rank, ms in row["ms_by_rank"].items():
+            own.setdefault(rank, []).append(ms)
+    out = {"ranks": len(metrics),
+           "own_step_ms": _spread([statistics.median(v) for v in own.values()]),
+           "step_time_ms": _spread([m["step_time_ms"]["median"] for m in metrics]),
+           "mean_step_ms": _spread([m["step_time_ms"]["mean"] for m in metrics]),
+           "comm_ms_per_step": _spread([m["comm_ms_per_step"] for m in metrics]),
+           "gpu_busy_pct": _spread([m["gpu_busy_pct"] for m in metrics]),
+           "phases_ms": {p: _spread([m["phases_ms"][p] for m in metrics]) for p in PHASES}}
+    return out
 
 
 def make_summary(step_ms: dict[int, float], *, phases: dict[int, dict] | None = None,
@@ -49,7 +75,7 @@ def make_summary(step_ms: dict[int, float], *, phases: dict[int, dict] | None = 
     peak = peak_bytes or {r: 64 * MiB for r in ranks}
     median = statistics.median(step_ms.values())
     worst = max(ranks, key=lambda r: step_ms[r])
-    return {
+    summary = {
         "schema": "traceanalyze.summary/1", "tool_version": "0.1.0", "trace_dir": trace_dir,
         "world_size": len(ranks),
         "ranks": [_rank(r, step_ms[r], phases[r], idle.get(r), peak.get(r)) for r in ranks],
@@ -68,6 +94,8 @@ def make_summary(step_ms: dict[int, float], *, phases: dict[int, dict] | None = 
         "findings": [copy.deepcopy(f) for f in findings],
         "load_issues": [copy.deepcopy(i) for i in load_issues],
     }
+    summary["rank_distribution"] = rank_distribution(summary)
+    return summary
 
 
 def scale_times(summary: dict, factor: float) -> dict:
@@ -87,4 +115,5 @@ def scale_times(summary: dict, factor: float) -> dict:
         m["comm_ms_per_step"] *= factor
     for row in out["timeline"]:
         row["dur_ms"] *= factor
+    out["rank_distribution"] = rank_distribution(out)
     return out

@@ -190,6 +190,24 @@ def test_diff_of_analyses_is_the_diff_of_their_summaries(straggler, tmp_path):
     assert traceanalyze.diff(traceanalyze.Summary.from_dict(balanced), cli_summary).to_dict() == got
 
 
+def test_diff_of_summary_files_runs_without_the_command_line_layer(tmp_path):
+    """The library reads summary.json files itself: `traceanalyze.diff(path, path)` in a fresh
+    interpreter loads neither click commands nor cli.py, and names what moved."""
+    old = ROOT / "reports" / "examples" / "balanced" / "summary.json"
+    new = ROOT / "reports" / "examples" / "input_straggler" / "summary.json"
+    code = ("import sys, json, traceanalyze\n"
+            f"d = traceanalyze.diff({str(old)!r}, {str(new)!r}).to_dict()\n"
+            "cli = sorted(m for m in sys.modules if m == 'traceanalyze.cli' or m.startswith('traceanalyze.commands'))\n"
+            "print(json.dumps({'cli': cli, 'added': [[f['rule'], sorted(f['ranks'])] for f in d['findings']['added']]}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    got = json.loads(proc.stdout)
+    assert got["cli"] == []
+    def keys(path):  # a finding is the same finding when its rule and ranks are
+        return [[f["rule"], sorted(f["ranks"])] for f in json.loads(path.read_text())["findings"]]
+    expected = [k for k in keys(new) if k not in keys(old)]
+    assert expected and got["added"] == expected
+
+
 def test_scaling_of_analyses_matches_the_command_line():
     expected = cli_json("scaling", *SCALING, "--format", "json", "--quiet")
     runs = [traceanalyze.analyze(d, progress=False) for d in SCALING]

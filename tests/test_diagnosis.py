@@ -18,8 +18,9 @@ import duckdb
 import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
+from traceanalyze.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules, run_rules
+from traceanalyze.ruleset import load_rules
 from traceanalyze.summary import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def analysed(tmp_path_factory):
             db = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
             load_trace_dir(folder, db)
             with duckdb.connect(str(db), read_only=True) as con:
-                cache[folder] = build_summary(con, str(folder), None)
+                cache[folder] = build_summary(con, str(folder), diagnose(con))
         return cache[folder]
 
     return run
@@ -215,16 +216,16 @@ def test_every_explains_relation_names_a_rule_of_the_pack():
             assert relation.rule in ids and relation.rule != rule.id, (rule.id, relation)
 
 
-def test_run_rules_reports_abstentions(tmp_path):
+def test_the_rules_stage_reports_abstentions(tmp_path):
     """One aligned step: every rule that needs two steps abstains and says so."""
     from tests.tracegen import write_trace_dir
 
     trace = write_trace_dir({"ranks": 2, "steps": 1, "step_ms": 100, "timeline": [["forward", 0, 90]]}, tmp_path / "t")
     load_trace_dir(trace, tmp_path / "t.duckdb")
-    abstained: list[tuple[str, str]] = []
     with duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True) as con:
-        findings = run_rules(con, None, None, abstained)
-    assert [f for f in findings if f.severity != "info"] == []
+        diagnosis = diagnose(con)
+    abstained = diagnosis.abstained
+    assert [f for f in diagnosis.findings if f.severity != "info"] == []
     assert {"collective-straggler", "step-jitter", "gpu-idle-gaps"} <= {r for r, _ in abstained}
     assert all("1 aligned step" in why for r, why in abstained if r == "collective-straggler")
 

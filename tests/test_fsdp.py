@@ -24,8 +24,9 @@ import duckdb
 import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
+from traceanalyze.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules, run_rule, run_rules
+from traceanalyze.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"
@@ -109,7 +110,7 @@ def findings_of(db_path: Path, rule: str | None = None):
     con = duckdb.connect(str(db_path), read_only=True)
     try:
         if rule is None:
-            return run_rules(con)
+            return list(diagnose(con).findings)
         (r,) = [r for r in rules if r.id == rule]
         return run_rule(con, r)
     finally:

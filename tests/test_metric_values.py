@@ -58,15 +58,17 @@ def test_comm_time_per_step(metrics):
     assert metrics["comm_ms_per_step"] == pytest.approx(20.0)
 
 
-def test_step_time_median_p95_max(metrics):
+def test_step_time_median_p95_max_mean(metrics):
     ordered = sorted(STEP_MS)
     # p95 by linear interpolation between the closest ranks (numpy's and DuckDB's default)
     position = 0.95 * (len(ordered) - 1)
     low = int(position)
     p95 = ordered[low] + (position - low) * (ordered[low + 1] - ordered[low])
     assert metrics["step_time_ms"] == pytest.approx(
-        {"median": statistics.median(STEP_MS), "p95": p95, "max": max(STEP_MS)})
-    assert p95 == pytest.approx(185.0)
+        {"median": statistics.median(STEP_MS), "p95": p95, "max": max(STEP_MS), "mean": 125.0})
+    assert p95 == pytest.approx(185.0) and statistics.mean(STEP_MS) == 125.0
+    # the phases split the step: their means add up to the mean step
+    assert sum(metrics["phases_ms"].values()) == pytest.approx(125.0, abs=0.01)
 
 
 def test_peak_memory_is_the_gpu_allocators(metrics):

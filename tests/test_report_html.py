@@ -1,4 +1,4 @@
-"""report.html: one self-contained file, findings first by cost, charts present, every trace string escaped."""
+"""report.html: one self-contained file, findings first by severity then cost, charts present, every trace string escaped."""
 
 from __future__ import annotations
 
@@ -65,15 +65,19 @@ def test_report_is_self_contained(page):
     assert sum(1 for t, _ in doc.tags if t == "style") == 1
 
 
-def test_findings_come_first_ordered_by_cost(straggler):
+def test_findings_come_first_ordered_by_severity_then_cost(straggler):
+    base = straggler["findings"][0]
     many = dict(straggler, findings=[
-        dict(f, title=f"finding costing {ms} ms", cost={"ms_per_step": ms, "pct_of_step": None})
-        for f in straggler["findings"][:1] for ms in (3.0, None, 40.0, 12.0)])
+        dict(base, severity=sev, title=f"{sev} finding costing {ms} ms", cost={"ms_per_step": ms, "pct_of_step": None})
+        for sev, ms in (("warning", 3.0), ("error", None), ("info", 90.0), ("error", 12.0), ("warning", 40.0))])
     page = render_html(build_context(many, DB_SHOWN))
     doc = parse(page)
     cards = [a["id"] for t, a in doc.tags if t == "article" and "finding" in a.get("class", "")]
-    assert len(cards) == 4
-    positions = [page.index(f"finding costing {ms} ms") for ms in (40.0, 12.0, 3.0, None)]
+    assert len(cards) == 5
+    # errors first (the one with a cost before the one without), then warnings by cost, then info
+    # however large its cost
+    expected = [("error", 12.0), ("error", None), ("warning", 40.0), ("warning", 3.0), ("info", 90.0)]
+    positions = [page.index(f"{sev} finding costing {ms} ms") for sev, ms in expected]
     assert positions == sorted(positions)
     assert page.index('id="findings"') < page.index('id="charts"')
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import traceanalyze
-
-from traceanalyze.ruleset import STRICT_RULES_ENV, builtin_rules_dir, load_rules
+from traceanalyze.diagnose import STRICT_RULES_ENV, diagnose
+from traceanalyze.ruleset import builtin_rules_dir, load_rules
 from traceanalyze.summary import build_summary
 
 
@@ -41,7 +41,7 @@ def test_a_failing_rule_becomes_a_load_issue_and_the_others_still_report(
     config = _Config(rules_dirs=(_broken_rule_pack(tmp_path),))
     con = duckdb.connect(str(balanced_db), read_only=True)
     try:
-        summary = build_summary(con, "balanced", config)
+        summary = build_summary(con, "balanced", diagnose(con, config))
     finally:
         con.close()
     failed = [i for i in summary["load_issues"] if i["kind"] == "rule-failed"]
@@ -60,6 +60,6 @@ def test_strict_mode_raises_so_tests_see_broken_rules(tmp_path, monkeypatch, bal
     con = duckdb.connect(str(balanced_db), read_only=True)
     try:
         with pytest.raises(duckdb.Error):
-            build_summary(con, "balanced", config)
+            diagnose(con, config)
     finally:
         con.close()

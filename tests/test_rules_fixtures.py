@@ -18,8 +18,9 @@ import duckdb
 import pytest
 from gate_runs import expected
 
+from traceanalyze.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules, run_rules
+from traceanalyze.ruleset import load_rules
 from traceanalyze.summary import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def analyse(tmp_path_factory):
             result = load_trace_dir(folder, db)
             con = duckdb.connect(str(db), read_only=True)
             try:
-                cache[folder] = (run_rules(con), result.ranks, db)
+                cache[folder] = (list(diagnose(con).findings), result.ranks, db)
             finally:
                 con.close()
         return cache[folder]
@@ -114,7 +115,7 @@ def test_summary_names_the_straggler_as_worst_rank(scenario, analyse):
     _, _, db = analyse(FIXTURES / scenario)
     con = duckdb.connect(str(db), read_only=True)
     try:
-        summary = build_summary(con, str(FIXTURES / scenario), None)
+        summary = build_summary(con, str(FIXTURES / scenario), diagnose(con))
     finally:
         con.close()
     late_rank = expected(scenario)[0]["rank"]  # (the injected straggler comes first)
@@ -152,7 +153,7 @@ def _phases(db: Path) -> dict[int, dict[str, float]]:
     """{rank: {phase: mean ms per aligned step}} from the summary built on the database."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        summary = build_summary(con, str(db), None)
+        summary = build_summary(con, str(db), diagnose(con))
     finally:
         con.close()
     return {r["rank"]: r["metrics"]["phases_ms"] for r in summary["ranks"]}

@@ -30,6 +30,21 @@ def test_64_ranks_fit_in_80_columns_and_a_screen():
     assert len(lines) < 40
     assert "rank 17 *" in text and "median rank" in text
     assert "more ranks in report.html" in text
+    # the median rank row: per phase, the median over all 64 ranks (the mean of the middle two)
+    forward_ms = sorted(0.25 * (180.0 if r == 17 else 100.0 + r % 5) for r in range(64))
+    row = next(line for line in lines if line.startswith("  median rank")).split()[2:]
+    assert float(row[2]) == (forward_ms[31] + forward_ms[32]) / 2 == 25.5
+    step_ms = sorted(180.0 if r == 17 else 100.0 + r % 5 for r in range(64))
+    assert float(row[-1]) == (step_ms[31] + step_ms[32]) / 2 == 102.0  # the median rank's mean step
+
+
+def test_the_step_column_is_the_summary_mean_step():
+    """The renderer reads the rank's mean step (metrics.step_time_ms.mean), it does not add phases up."""
+    summary = make_summary({0: 100.0, 1: 100.0})
+    summary["ranks"][1]["metrics"]["step_time_ms"]["mean"] = 123.0
+    lines = render_verdict(summary).splitlines()
+    assert next(line for line in lines if line.startswith("  rank 0")).split()[-1] == "100"
+    assert next(line for line in lines if line.startswith("  rank 1")).split()[-1] == "123"
 
 
 def test_findings_are_listed_by_severity_with_rank_cost_and_advice():

@@ -26,6 +26,7 @@ from traceanalyze.findings import Finding
 from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.progress import ProgressChoice, progress_reporter
+from traceanalyze.summary_file import summary_from_source
 from traceanalyze.summary_model import Summary
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
     URL; default <db>.shards); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
     to analyze the shards written by `traceanalyze ingest`.
     """
+    from traceanalyze.diagnose import diagnose
     from traceanalyze.summary import build_summary
 
     if trace_dir is None and not shards:
@@ -126,10 +128,11 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         else:
             load_trace_dir(source, db_path, rank_set(ranks), reuse=not force, progress=say, executor=executor,
                            shards=shards, workers=workers, ray_address=ray_address)
-        say("running rules")
         con = tracedb.connect(db_path, read_only=True)
         try:
-            summary = build_summary(con, str(source), settings)
+            say("running rules")
+            diagnosis = diagnose(con, settings)
+            summary = build_summary(con, str(source), diagnosis)
         finally:
             con.close()
     except BaseException:
@@ -186,9 +189,9 @@ class Analysis:
 
     def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> polars.DataFrame:
         """Run a query (parameters bound with `?` or `$name`) -> a polars DataFrame."""
-        from traceanalyze.db.frames import to_polars
-
         import duckdb
+
+        from traceanalyze.db.frames import to_polars
 
         try:
             cur = self.connection().execute(query, params) if params is not None \
@@ -274,8 +277,6 @@ def summary_dict_of(source: SummarySource, db_for: Callable[[Path], Path] | None
                     progress: ProgressChoice = False) -> dict[str, Any]:
     """An Analysis, a Summary, a summary dict, a summary.json path, or a trace folder: analyzed,
     its database at `db_for(folder)` (else a temporary one)."""
-    from traceanalyze.commands._source import summary_from_source
-
     if isinstance(source, Analysis):
         return source.summary_dict
     if isinstance(source, Summary):

@@ -12,10 +12,10 @@ the job back; `steps.median_rank_step_ms` / `worst_rank_step_ms` are the latter.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 
-from traceanalyze.metrics import PHASES
+from traceanalyze.findings import sort_finding_dicts
+from traceanalyze.metrics import PHASES, median, own_step_medians
 from traceanalyze.output.units import PHASE_LONG_LABELS as PHASE_LABELS
 
 UNITS = ("ms", "pct", "bytes")  # pct values are already shares of a step (0-100)
@@ -102,7 +102,7 @@ def _values(summary: dict, pick) -> list[float]:
 
 
 def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    return median(values) if values else None
 
 
 def _max(values: list[float]) -> float | None:
@@ -145,8 +145,7 @@ def job_metrics(summary: dict) -> list[tuple[str, str, str, float | None]]:
 
 def _own_step_ms(summary: dict, rank: int) -> float | None:
     """Median over aligned steps of the rank's own step time (steps.per_step[].ms_by_rank)."""
-    values = [row.get("ms_by_rank", {}).get(str(rank)) for row in (summary.get("steps") or {}).get("per_step") or []]
-    return _median([float(v) for v in values if v is not None])
+    return own_step_medians((summary.get("steps") or {}).get("per_step") or []).get(str(rank))
 
 
 def rank_metrics(summary: dict, rank: int) -> list[tuple[str, str, str, float | None]]:
@@ -187,12 +186,13 @@ def diff_ranks(old: dict, new: dict) -> list[RankDiff]:
 
 
 def diff_findings(old: dict, new: dict) -> tuple[list[dict], list[dict], list[dict]]:
-    """(added, removed, unchanged) findings, matched by `finding_key`."""
-    old_keys = {finding_key(f) for f in old.get("findings") or []}
-    new_keys = {finding_key(f) for f in new.get("findings") or []}
-    added = [f for f in new.get("findings") or [] if finding_key(f) not in old_keys]
-    removed = [f for f in old.get("findings") or [] if finding_key(f) not in new_keys]
-    unchanged = [f for f in new.get("findings") or [] if finding_key(f) in old_keys]
+    """(added, removed, unchanged) findings, matched by `finding_key`, each in the finding order."""
+    old_findings, new_findings = sort_finding_dicts(old.get("findings")), sort_finding_dicts(new.get("findings"))
+    old_keys = {finding_key(f) for f in old_findings}
+    new_keys = {finding_key(f) for f in new_findings}
+    added = [f for f in new_findings if finding_key(f) not in old_keys]
+    removed = [f for f in old_findings if finding_key(f) not in new_keys]
+    unchanged = [f for f in new_findings if finding_key(f) in old_keys]
     return added, removed, unchanged
 
 

@@ -82,10 +82,32 @@ class Finding:
         )
 
 
-def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Worst first: severity, then cost per step (unknown cost last), then rule id and ranks."""
-    def key(f: Finding):
-        ms = f.cost.ms_per_step
-        return (-severity_level(f.severity), ms is None, -(ms or 0.0), f.rule, f.ranks)
+def finding_order(severity: str, ms_per_step: float | None, rule: str, ranks: Iterable[int]) -> tuple:
+    """THE order of findings, everywhere they are listed (summary.json, the terminal verdict, the
+    HTML report, the notebook, the CI formats and the gate, diff): worst first.
 
-    return sorted(findings, key=key)
+    Severity first (an unknown one after info), then cost per step (largest first, unknown cost
+    last), then rule id and ranks.
+    Why severity before cost: severity is the verdict (an error holds the whole job back and is
+    what fails `check` by default; an info finding is a code observation whose "cost" can be a
+    large share of a step that is fine), and the root-cause engine makes costs additive in this
+    order (`rootcause.cap_costs`: a finding keeps at most what the ones above it left), so read
+    top down the costs add up only in this order.
+    """
+    return (-_SEVERITY_LEVEL.get(severity, -1), ms_per_step is None, -(ms_per_step or 0.0), rule,
+            tuple(sorted(ranks)))
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings in `finding_order` (worst first)."""
+    return sorted(findings, key=lambda f: finding_order(f.severity, f.cost.ms_per_step, f.rule, f.ranks))
+
+
+def sort_finding_dicts(findings: Iterable[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """summary.json `findings[]` items in `finding_order` (a summary written by this version is
+    already in it; an older or hand-made one is put in it)."""
+    def key(f: Mapping[str, Any]):
+        return finding_order(f.get("severity"), (f.get("cost") or {}).get("ms_per_step"),
+                             str(f.get("rule")), f.get("ranks") or ())
+
+    return sorted(findings or (), key=key)

@@ -23,12 +23,12 @@ the baseline has and the candidate lacks (null or NaN) is named in a note.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from traceanalyze.diff import Delta, diff_summaries, finding_key
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.findings import SEVERITIES, severity_level
+from traceanalyze.findings import SEVERITIES, severity_level, sort_finding_dicts
+from traceanalyze.metrics import median
 
 DEFAULT_FAIL_ON = "error"
 # A load warning is heavy (fails the gate) when it cost a rank at least this share of its
@@ -115,7 +115,7 @@ def mark_findings(summary: dict, policy: GatePolicy, baseline: dict | None) -> l
     """Selected findings as copies with "new" (vs the baseline) and "fails" (the gate) set."""
     known = {finding_key(f) for f in (baseline or {}).get("findings") or []}
     out = []
-    for finding in summary.get("findings") or []:
+    for finding in sort_finding_dicts(summary.get("findings")):
         if not policy.selects(finding["rule"]):
             continue
         new = baseline is None or finding_key(finding) not in known
@@ -191,7 +191,7 @@ def heavy_loss(issue: dict, summary: dict) -> str | None:
         others = [b for b in others if isinstance(b, (int, float)) and b > 0]
         mine = entry.get("events_bytes")
         if others and isinstance(mine, (int, float)):
-            lost_pct = round(100.0 * (1 - mine / statistics.median(others)), 6)
+            lost_pct = round(100.0 * (1 - mine / median(others)), 6)
             if lost_pct >= HEAVY_LOSS_PCT:
                 return (f"about {lost_pct:.0f}% of the rank's events are missing against the median "
                         f"other rank (limit {HEAVY_LOSS_PCT:g}%)")

@@ -11,6 +11,8 @@ from typing import Any
 
 import duckdb
 
+from traceanalyze.errors import TraceError
+
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
 REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
                    "step_comm", "step_waits", "step_batches")
@@ -45,7 +47,7 @@ ORDER BY p.rank
 """
 
 PER_STEP_SQL = """
-SELECT w.step, w.rank, w.dur_ns, w.wait_ns
+SELECT w.step, w.rank, w.own_ns, w.wait_ns
 FROM step_waits AS w JOIN aligned_steps USING (step)
 ORDER BY w.step, w.rank
 """
@@ -94,6 +96,15 @@ def missing_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [t for t in REQUIRED_TABLES if t not in present]
 
 
+def require_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """TraceError when the database was built by an older traceanalyze (the rules and the
+    summary read tables it lacks)."""
+    missing = missing_tables(con)
+    if missing:
+        raise TraceError("the trace database was built by an older traceanalyze (no "
+                         f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
+
+
 def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
     """{rank: the `metrics` object of ranks[] in summary.json}."""
     out = {}
@@ -102,7 +113,8 @@ def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
         busy = r["gpu_busy_pct"]
         out[r["rank"]] = {
             "steps": r["steps"],
-            "step_time_ms": {"median": _ms(r["median_ms"]), "p95": _ms(r["p95_ms"]), "max": _ms(r["max_ms"])},
+            "step_time_ms": {"median": _ms(r["median_ms"]), "p95": _ms(r["p95_ms"]), "max": _ms(r["max_ms"]),
+                             "mean": _ms(r["mean_ms"])},
             "phases_ms": {p: _ms(r[p]) for p in PHASES},
             "phases_pct": {p: _ms(100.0 * r[p] / mean) if mean else None for p in PHASES},
             "gpu_busy_pct": _ms(busy),
@@ -114,10 +126,23 @@ def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _median(values: list[float]) -> float:
+def median(values: list[float]) -> float:
+    """THE median of the summary (steps, ranks, rank_distribution, diff): the middle value, the
+    mean of the two middle values for an even count (DuckDB's `median`, Python's statistics.median)."""
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def own_step_medians(per_step: list[dict[str, Any]]) -> dict[str, float]:
+    """{rank (str): its median own step time, ms} over `steps.per_step[].ms_by_rank`: what names
+    the worst rank, the median rank and the slowest ranks of a big job."""
+    by_rank: dict[str, list[float]] = {}
+    for row in per_step:
+        for rank, value in (row.get("ms_by_rank") or {}).items():
+            if value is not None:
+                by_rank.setdefault(rank, []).append(value)
+    return {rank: median(values) for rank, values in by_rank.items()}
 
 
 def skew_pct(median_ms: float | None, worst_ms: float | None) -> float | None:
@@ -132,25 +157,22 @@ def step_comparison(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     per_step: dict[int, dict[str, dict[str, float]]] = {}
     for r in _rows(con, PER_STEP_SQL):
         entry = per_step.setdefault(r["step"], {"ms": {}, "wait": {}})
-        entry["ms"][str(r["rank"])] = _ms((r["dur_ns"] - r["wait_ns"]) / 1e6)
+        entry["ms"][str(r["rank"])] = _ms(r["own_ns"] / 1e6)
         entry["wait"][str(r["rank"])] = _ms(r["wait_ns"] / 1e6)
     items = []
-    by_rank: dict[str, list[float]] = {}
     for step, entry in sorted(per_step.items()):
         ms = entry["ms"]
         worst = max(ms, key=lambda k: (ms[k], -int(k)))
         items.append({"step": step, "ms_by_rank": ms, "wait_ms_by_rank": entry["wait"],
-                      "median_ms": _ms(_median(list(ms.values()))), "worst_ms": ms[worst], "worst_rank": int(worst)})
-        for rank, value in ms.items():
-            by_rank.setdefault(rank, []).append(value)
-    rank_medians = {rank: _median(values) for rank, values in by_rank.items()}
+                      "median_ms": _ms(median(list(ms.values()))), "worst_ms": ms[worst], "worst_rank": int(worst)})
+    rank_medians = own_step_medians(items)
     worst_rank = max(rank_medians, key=lambda k: (rank_medians[k], -int(k))) if rank_medians else None
     return {
         "aligned": [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()],
-        "median_rank_step_ms": _ms(_median(list(rank_medians.values()))) if rank_medians else None,
+        "median_rank_step_ms": _ms(median(list(rank_medians.values()))) if rank_medians else None,
         "worst_rank": None if worst_rank is None else int(worst_rank),
         "worst_rank_step_ms": None if worst_rank is None else _ms(rank_medians[worst_rank]),
-        "rank_skew_pct": _ms(skew_pct(_median(list(rank_medians.values())), rank_medians[worst_rank]))
+        "rank_skew_pct": _ms(skew_pct(median(list(rank_medians.values())), rank_medians[worst_rank]))
         if worst_rank is not None else None,
         "per_step": items,
         "lateness_ms": [{"step": r["step"], "rank": r["rank"], "late_ms": _ms(r["late_ms"])}

@@ -17,7 +17,6 @@ string formatting.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import string
 from collections.abc import Iterable, Mapping
@@ -27,13 +26,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import yaml
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.findings import SEVERITIES, Cost, Finding
 from traceanalyze.judge import Judge, Window, window_facts
-from traceanalyze.rootcause import Explains, one_per_root_cause
+from traceanalyze.rootcause import Explains
 
 REQUIRED_COLUMNS = ("ranks", "steps", "ms_per_step", "pct_of_step")
 DOC_SECTIONS = ("what", "why", "example", "fix", "tuning")  # tuning: why the thresholds
@@ -353,38 +351,6 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
                 abstained.append((rule.id, reason))
             return []
     return [_finding(con, rule, params, row, severity) for row in _detect_rows(con, rule, params)]
-
-
-# Tests set this so that a rule that breaks fails loudly instead of becoming a load issue.
-STRICT_RULES_ENV = "TRACEANALYZE_STRICT_RULES"
-
-
-def run_rules(con, config=None, failures: list[tuple[str, str]] | None = None,
-              abstained: list[tuple[str, str]] | None = None) -> list[Finding]:
-    """Every selected rule (config: select / ignore / params / severity / rules_dirs), one
-    finding per root cause (rule.yaml `explains` / `group_ranks`), worst first.
-
-    A rule that fails on this trace (an odd trace its SQL did not foresee) does not stop the
-    others: `(rule id, one-line error)` is appended to `failures` when given; a rule that
-    cannot judge this window appends `(rule id, reason)` to `abstained`.
-    """
-    window = window_facts(con)
-    rules = load_rules(getattr(config, "rules_dirs", ()) or ())
-    select = set(getattr(config, "select", None) or ())
-    ignore = set(getattr(config, "ignore", None) or ())
-    params = getattr(config, "params", None) or {}
-    severities = getattr(config, "severity", None) or {}
-    findings: list[Finding] = []
-    for rule in rules:
-        if (select and rule.id not in select) or rule.id in ignore:
-            continue
-        try:
-            findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id), window, abstained)
-        except (duckdb.Error, ArithmeticError, LookupError, TypeError, ValueError) as exc:
-            if failures is None or os.environ.get(STRICT_RULES_ENV):
-                raise
-            failures.append((rule.id, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
-    return one_per_root_cause(findings, rules)
 
 
 def rules_markdown(rules: Iterable[Rule] | None = None) -> str:

@@ -1,4 +1,5 @@
-"""Stage 5: the summary.json dict (schema traceanalyze.summary/1, see ARCHITECTURE.md) from a trace database.
+"""Stage 5: the summary.json dict (schema traceanalyze.summary/1, see ARCHITECTURE.md) from a trace
+database and the rules stage's `Diagnosis` (the summary does not run rules: `diagnose.py` does).
 
 Renderers read only this dict. Notes on the numbers:
 - all per-rank numbers use the aligned steps (present on every rank); phases_ms are means per step;
@@ -16,17 +17,18 @@ from typing import Any
 import duckdb
 
 from traceanalyze import __version__
-from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.diagnose import Diagnosis
+from traceanalyze.judge import judgement
 from traceanalyze.metrics import (
     PHASES,
+    median,
     memory_by_step,
-    missing_tables,
+    own_step_medians,
     rank_metrics,
+    require_analysis_tables,
     step_comparison,
     timeline,
 )
-from traceanalyze.judge import judgement, window_facts
-from traceanalyze.ruleset import run_rules
 
 SCHEMA = "traceanalyze.summary/1"
 
@@ -63,22 +65,17 @@ def _distribution(values: list[float]) -> dict[str, float | None]:
     ordered = sorted(v for v in values if v is not None)
     if not ordered:
         return {"median": None, "p90": None, "max": None}
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-    return {"median": round(at(0.5), 3), "p90": round(at(0.9), 3), "max": round(ordered[-1], 3)}
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]  # a rank's own value
+    return {"median": round(median(ordered), 3), "p90": round(p90, 3), "max": round(ordered[-1], 3)}
 
 
 def rank_distribution(ranks: list[dict], steps: dict) -> dict[str, Any]:
     """Median, p90 and max over ranks of the main per-rank numbers (the shape of a big job)."""
     metrics = [r["metrics"] for r in ranks if r.get("metrics")]
-    own: dict[str, list[float]] = {}
-    for p in steps.get("per_step", []):
-        for rank, ms in p["ms_by_rank"].items():
-            own.setdefault(rank, []).append(ms)
-    own_median = [sorted(v)[len(v) // 2] for v in own.values() if v]
     out = {"ranks": len(ranks),
-           "own_step_ms": _distribution(own_median),
+           "own_step_ms": _distribution(list(own_step_medians(steps.get("per_step", [])).values())),
            "step_time_ms": _distribution([m["step_time_ms"]["median"] for m in metrics]),
+           "mean_step_ms": _distribution([m["step_time_ms"].get("mean") for m in metrics]),
            "comm_ms_per_step": _distribution([m.get("comm_ms_per_step") for m in metrics]),
            "gpu_busy_pct": _distribution([m.get("gpu_busy_pct") for m in metrics])}
     out["phases_ms"] = {p: _distribution([m["phases_ms"].get(p) for m in metrics]) for p in PHASES}
@@ -90,30 +87,21 @@ def detail_ranks(ranks: list[dict], steps: dict, findings: list[dict]) -> list[i
     everyone = [r["rank"] for r in ranks]
     if len(everyone) <= DETAIL_ALL_RANKS_MAX:
         return everyone
-    own: dict[int, list[float]] = {}
-    for p in steps.get("per_step", []):
-        for rank, ms in p["ms_by_rank"].items():
-            own.setdefault(int(rank), []).append(ms)
-    slowest = sorted(own, key=lambda r: (-sorted(own[r])[len(own[r]) // 2], r))[:DETAIL_SLOWEST]
+    own = {int(rank): ms for rank, ms in own_step_medians(steps.get("per_step", [])).items()}
+    slowest = sorted(own, key=lambda r: (-own[r], r))[:DETAIL_SLOWEST]
     named = {r for f in findings for r in f.get("ranks") or [] if len(f.get("ranks") or []) < len(everyone)}
     return sorted(set(slowest) | set(list(named)[:DETAIL_SLOWEST]))
 
 
-def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dict[str, Any]:
-    """Metrics + findings + load issues of an open trace database -> the summary.json dict."""
-    missing = missing_tables(con)
-    if missing:
-        raise TraceanalyzeError("the trace database was built by an older traceanalyze (no "
-                                f"{', '.join(missing)}); load it again with `traceanalyze load --force`")
-    failures: list[tuple[str, str]] = []
-    abstained: list[tuple[str, str]] = []
-    findings = run_rules(con, config, failures, abstained)
+def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Diagnosis) -> dict[str, Any]:
+    """Metrics of an open trace database + the rules stage's findings + load issues -> the summary.json dict."""
+    require_analysis_tables(con)
     rule_issues = [{"rank": None, "file": None, "kind": "rule-failed", "severity": "warning",
                     "message": f"rule {rule_id} could not run on this trace and was skipped ({error})",
-                    "count": None} for rule_id, error in failures]
+                    "count": None} for rule_id, error in diagnosis.failures]
     ranks = _ranks(con, rank_metrics(con))
     steps = step_comparison(con)
-    finding_dicts = [f.to_dict() for f in findings]
+    finding_dicts = [f.to_dict() for f in diagnosis.findings]
     detail = set(detail_ranks(ranks, steps, finding_dicts))
     return {
         "schema": SCHEMA,
@@ -128,5 +116,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, config) -> dic
         "memory": [m for m in memory_by_step(con) if m["rank"] in detail],
         "findings": finding_dicts,
         "load_issues": _load_issues(con) + rule_issues,
-        "judgement": judgement(window_facts(con), abstained),
+        "judgement": judgement(diagnosis.window, list(diagnosis.abstained)),
     }

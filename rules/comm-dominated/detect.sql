@@ -1,14 +1,11 @@
 -- One row when communication volume (not waiting for a late rank, not many tiny collectives) fills most of the step on every rank.
-WITH waits AS (   -- per (rank, step): time spent waiting for the last rank to arrive at a collective
-    SELECT rank, step, max(wait_for_last_ns) AS wait_ns FROM collective_arrivals GROUP BY rank, step
-),
-per_step AS (
+WITH per_step AS (  -- exposed communication minus the wait for the last rank (step_waits)
     SELECT p.rank, p.step, p.dur_ns,
-           greatest(p.comm_exposed_ns - coalesce(w.wait_ns, 0),
+           greatest(p.comm_exposed_ns - w.exposed_wait_ns,
                     coalesce(g.comm_ns - g.comm_overlapped_ns, 0), 0) AS comm_ns
     FROM step_phases AS p
     JOIN aligned_steps USING (step)
-    LEFT JOIN waits AS w USING (rank, step)
+    JOIN step_waits AS w USING (rank, step)
     LEFT JOIN step_gpu AS g USING (rank, step)
 ),
 per_rank AS (

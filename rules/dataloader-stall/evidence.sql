@@ -9,5 +9,5 @@ FROM (
     WHERE name LIKE 'enumerate(DataLoader)#%' OR name LIKE 'enumerate(DataPipe)#%'
 ) AS e
 WHERE list_contains($ranks, rank) AND list_contains($steps, step)
-ORDER BY dur_ns DESC
+ORDER BY dur_ns DESC, rank, ts_ns  -- ties (us-resolution traces) by rank and time: the same rows on every run
 LIMIT 20;

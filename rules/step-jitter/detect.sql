@@ -9,8 +9,8 @@ stats AS (
     FROM kept
 ),
 phases AS (      -- every rank's phases on the kept steps; own = the step minus its wait in collectives
-    SELECT rank, step, phase, ns, dur_ns - comm_exposed_ns AS own_ns
-    FROM (UNPIVOT (SELECT p.* FROM step_phases AS p JOIN kept USING (step))
+    SELECT rank, step, phase, ns, own_ns
+    FROM (UNPIVOT (SELECT p.*, w.own_ns FROM step_phases AS p JOIN kept USING (step) JOIN step_waits AS w USING (rank, step))
           ON data_wait_ns, h2d_ns, forward_ns, backward_ns, optimizer_ns, other_ns
           INTO NAME phase VALUE ns)
 ),

@@ -40,9 +40,8 @@ per_step AS (
 ),
 exposed AS (          -- time the training loop waits on communication, minus waiting for late ranks
     SELECT p.rank, p.step, p.dur_ns,
-           greatest(p.comm_exposed_ns - coalesce((SELECT max(w.wait_for_last_ns) FROM collective_arrivals AS w
-                                                  WHERE w.rank = p.rank AND w.step = p.step), 0), 0) AS comm_ns
-    FROM step_phases AS p JOIN per_step USING (rank, step)
+           p.comm_exposed_ns - w.exposed_wait_ns AS comm_ns
+    FROM step_phases AS p JOIN per_step USING (rank, step) JOIN step_waits AS w USING (rank, step)
 ),
 job AS (
     SELECT list(DISTINCT s.rank ORDER BY s.rank) AS ranks, list(DISTINCT s.step ORDER BY s.step) AS steps,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyze.commands._options import force_option
 from traceanalyze.errors import TraceanalyzeError
 
 
@@ -13,7 +14,7 @@ from traceanalyze.errors import TraceanalyzeError
 @click.argument("trace")
 @click.option("--shards", required=True, metavar="DIR_OR_URL",
               help="Shard folder shared by all ranks (path, or s3:// / gs:// / file:// URL).")
-@click.option("--force", is_flag=True, help="Parse again even if the rank's shard is up to date.")
+@force_option("Parse again even if the rank's shard is up to date.")
 def command(trace: str, shards: str, force: bool) -> None:
     """Parse one rank's trace file TRACE (a path or URL) into SHARDS/rank=N/.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from traceanalyze.output.presentation import mean_step_ms
 from traceanalyze.output.units import PHASE_LABELS, PHASES, fmt_bytes, fmt_ms, fmt_tick, nice_ticks
 
 WIDTH = 960
@@ -320,7 +321,7 @@ def _heat_legend(chart: Chart, x: float, y: float, max_late: float) -> None:
 def phase_split(summary: dict) -> Chart | None:
     shown = set(rank_list(summary))
     ranks = [r for r in summary["ranks"] if r["rank"] in shown]
-    totals = [sum(v or 0 for v in r["metrics"]["phases_ms"].values()) for r in ranks]
+    totals = [mean_step_ms(r["metrics"]) or 0.0 for r in ranks]
     if not ranks or not any(totals):
         return None
     left, top, rh = 70.0, 8.0, _row_height(len(ranks), 320, 13, 28)
@@ -340,9 +341,10 @@ def phase_split(summary: dict) -> Chart | None:
             ms = r["metrics"]["phases_ms"].get(p) or 0
             if ms <= 0:
                 continue
-            pct = 100 * ms / total if total else 0
+            pct = (r["metrics"].get("phases_pct") or {}).get(p)
+            share = f" ({pct:.0f}%)" if pct is not None else ""
             chart.shapes.append(Rect(_r(x), _r(y + rh * 0.15), _r(ms * scale), _r(rh * 0.7), f"ph ph-{p}",
-                                     f"rank {r['rank']} · {PHASE_LABELS[p]} {fmt_ms(ms)} per step ({pct:.0f}%)"))
+                                     f"rank {r['rank']} · {PHASE_LABELS[p]} {fmt_ms(ms)} per step{share}"))
             x += ms * scale
         chart.shapes.append(Text(_r(x + 6), _r(y + rh * 0.66), fmt_ms(total), "lbl lbl-s"))
     chart.note = _rank_note(summary, sorted(shown))

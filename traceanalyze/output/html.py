@@ -17,10 +17,9 @@ from pathlib import Path
 from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
+from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
 from traceanalyze.output.templating import render
-from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.units import (
-    SEVERITY_ORDER,
     fmt_bytes,
     fmt_ms,
     fmt_pct,
@@ -189,14 +188,6 @@ def _finding_view(i: int, f: dict, db_path: str, n_ranks: int) -> FindingView:
     )
 
 
-def order_findings(findings: list[dict]) -> list[dict]:
-    """Largest cost first; findings without a cost after, by severity."""
-    def key(f: dict):
-        ms = (f.get("cost") or {}).get("ms_per_step")
-        return (ms is None, -(ms or 0.0), SEVERITY_ORDER.get(f["severity"], 9), f["rule"])
-    return sorted(findings, key=key)
-
-
 def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     st = summary["steps"]
     median, worst = st.get("median_rank_step_ms"), st.get("worst_rank_step_ms")
@@ -209,10 +200,12 @@ def _kpis(summary: dict, ordered: list[dict]) -> list[Kpi]:
     aligned = st.get("aligned") or []
     where = f" on all {len(summary['ranks'])} ranks analysed" if len(summary["ranks"]) > 1 else ""
     kpis.append(Kpi("Steps compared" if where else "Steps", str(len(aligned)), f"steps {fmt_steps(aligned)}{where}"))
-    if ordered and (ordered[0].get("cost") or {}).get("ms_per_step") is not None:
-        cost = ordered[0]["cost"]
+    costed = [f for f in ordered if (f.get("cost") or {}).get("ms_per_step") is not None]
+    if costed:
+        costliest = max(costed, key=lambda f: f["cost"]["ms_per_step"])  # the first of equals, in finding order
+        cost = costliest["cost"]
         kpis.append(Kpi("Biggest cost", fmt_ms(cost["ms_per_step"]) + "/step",
-                        f"{fmt_pct(cost.get('pct_of_step'))} of the step · {ordered[0]['rule']}", "bad"))
+                        f"{fmt_pct(cost.get('pct_of_step'))} of the step · {costliest['rule']}", "bad"))
     elif ordered:
         kpis.append(Kpi("Findings", str(len(ordered)), "none with a cost in time per step"))
     else:
@@ -268,7 +261,7 @@ def _verdict(ordered: list[dict]) -> tuple[str, str]:
 
 def build_context(summary: dict, db_path: str) -> ReportContext:
     """The report's context from a summary dict (the summary.json contract)."""
-    ordered = order_findings(summary["findings"])
+    ordered = ordered_findings(summary)
     js = _asset("report.js")
     verdict, verdict_severity = _verdict(ordered)
     counts = {s: sum(1 for f in ordered if f["severity"] == s) for s in ("error", "warning", "info")}

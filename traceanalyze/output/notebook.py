@@ -8,10 +8,10 @@ import re
 from functools import cache
 from importlib import resources
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
-
 from traceanalyze.output import charts as chartlib
-from traceanalyze.output.terminal import render_verdict, verdict_order
+from traceanalyze.output.presentation import ordered_findings
+from traceanalyze.output.templating import render
+from traceanalyze.output.terminal import render_verdict
 from traceanalyze.output.units import fmt_ms, fmt_ranks
 
 SCOPE = ".traceanalyze-nb"
@@ -37,17 +37,10 @@ def chart_css() -> str:
     return variables + "\n" + charts + OWN_CSS
 
 
-@cache
-def _environment() -> Environment:
-    return Environment(loader=PackageLoader("traceanalyze.output", "templates"), autoescape=True,
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-
-
 def render_analysis_html(summary: dict) -> str:
     findings = [{"severity": f["severity"], "rule": f["rule"], "title": f["title"],
                  "ranks": fmt_ranks(f.get("ranks") or []),
                  "cost": fmt_ms((f.get("cost") or {}).get("ms_per_step"))}
-                for f in verdict_order(summary["findings"])]
-    return _environment().get_template("notebook.html").render(
-        css=chart_css(), verdict=render_verdict(summary, [], color=False), findings=findings,
-        timeline=chartlib.step_timeline(summary))
+                for f in ordered_findings(summary)]
+    return render("notebook.html", css=chart_css(), verdict=render_verdict(summary, [], color=False),
+                  findings=findings, timeline=chartlib.step_timeline(summary))

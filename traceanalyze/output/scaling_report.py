@@ -10,16 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
-
 from traceanalyze import __version__
 from traceanalyze.output.charts import Chart, Circle, LegendItem, Line, Polyline, Rect, Text
 from traceanalyze.output.templating import render
+from traceanalyze.output.units import SCALING_PHASE_LABELS as PHASE_NAMES
 from traceanalyze.output.units import fmt_ms, fmt_pct, fmt_tick, nice_ticks, text_table
 from traceanalyze.scaling import PHASES, RunScaling, ScalingReport
 
-PHASE_NAMES = {"data_wait": "data wait", "h2d": "H2D copy", "forward": "forward", "backward": "backward",
-               "optimizer": "optimizer", "communication": "communication", "wait": "wait for ranks",
-               "other": "other host"}
 MODE_NAMES = {"weak": "weak scaling (same per-rank batch)", "strong": "strong scaling (same global batch)",
               "mixed": "mixed batches", "assumed-weak": "batch not visible: assumed the same per-rank batch"}
 CHART_W = 760

@@ -1,4 +1,4 @@
-"""The one Jinja environment of every HTML page (report, diff, scaling): autoescaped, strict."""
+"""The one Jinja environment of every HTML page (report, diff, scaling, notebook cell): autoescaped, strict."""
 
 from __future__ import annotations
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 from pathlib import Path
 
 import click
 
 from traceanalyze.output import escape
-from traceanalyze.output.presentation import is_gpu_trace, rank_skew_pct
 from traceanalyze.output.charts import hot_ranks
-from traceanalyze.output.html import order_findings
-from traceanalyze.output.units import PHASES, SEVERITY_ORDER, fmt_ms, fmt_pct, fmt_rank_count, fmt_ranks, fmt_steps
+from traceanalyze.output.presentation import is_gpu_trace, mean_step_ms, ordered_findings, rank_skew_pct
+from traceanalyze.output.units import (
+    PHASE_SHORT_LABELS,
+    PHASES,
+    fmt_ms,
+    fmt_pct,
+    fmt_rank_count,
+    fmt_ranks,
+    fmt_steps,
+)
 
 WIDTH = 80
 MAX_RANK_ROWS = 8
-PHASE_HEADS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
-               "optimizer": "optim", "comm_exposed": "comm", "other": "other"}
 SEVERITY_STYLE = {"error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "bold": True},
                   "info": {"fg": "blue", "bold": True}}
 
@@ -69,19 +73,18 @@ def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
 
 
 def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
-    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_HEADS[p].rjust(7) for p in PHASES) + "   step"
+    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_SHORT_LABELS[p].rjust(7) for p in PHASES) + "   step"
     lines = [head]
-    rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"])
-            for r in _shown_ranks(summary, hot)]
-    if len(summary["ranks"]) > MAX_RANK_ROWS:
-        median = {p: statistics.median([(r["metrics"]["phases_ms"].get(p) or 0) for r in summary["ranks"]])
-                  for p in PHASES}
-        rows.insert(0, ("  median rank", median))
-    for label, phases in rows:
-        total = sum(v or 0 for v in phases.values())
-        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(total).rjust(7)
+    rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"],
+             mean_step_ms(r["metrics"])) for r in _shown_ranks(summary, hot)]
+    spread = summary.get("rank_distribution") or {}
+    if len(summary["ranks"]) > MAX_RANK_ROWS and spread.get("phases_ms"):
+        rows.insert(0, ("  median rank", {p: (spread["phases_ms"].get(p) or {}).get("median") for p in PHASES},
+                        (spread.get("mean_step_ms") or {}).get("median")))
+    for label, phases, step_ms in rows:
+        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(step_ms).rjust(7)
         lines.append(st(text, bold=True) if label.endswith("*") else text)
-    hidden = len(summary["ranks"]) - len(rows) + (1 if len(summary["ranks"]) > MAX_RANK_ROWS else 0)
+    hidden = len(summary["ranks"]) - len(rows) + (1 if rows and rows[0][0] == "  median rank" else 0)
     if hidden > 0:
         lines.append(f"  ({hidden} more ranks in report.html)")
     lines.append("  comm = communication exposed (blocked on a collective); step = the mean step")
@@ -123,14 +126,8 @@ def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
     return lines
 
 
-def verdict_order(findings: list[dict]) -> list[dict]:
-    """The order the verdict lists findings in: by severity, then cost (largest first)."""
-    by_cost = order_findings(findings)
-    return sorted(by_cost, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))  # stable: cost within
-
-
 def _findings(summary: dict, st: _Style) -> list[str]:
-    ordered = verdict_order(summary["findings"])
+    ordered = ordered_findings(summary)
     if not ordered:
         return ["No findings: no rule fired on this trace."]
     counts = [_plural(sum(1 for f in ordered if f["severity"] == sev), sev) for sev in ("error", "warning")]

@@ -1,4 +1,9 @@
-"""A command-line SOURCE (a summary.json, or traces to analyze) -> a summary dict."""
+"""A summary.json on disk: tell it from a trace, read it and check what the gate, the diff and
+the CI formats rely on (a hand-edited or crafted file fails with a one-line TraceError, exit 2).
+
+`summary_from_source(path, analyze)`: a SOURCE the user names (a summary.json, or traces to
+analyze) -> a summary dict; used by the API (`traceanalyze.diff`) and the `check` / `diff` commands.
+"""
 
 from __future__ import annotations
 
