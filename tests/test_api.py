@@ -217,3 +217,19 @@ def test_scaling_of_analyses_matches_the_command_line():
         for r in runs:
             r.close()
     assert traceanalyze.scaling(SCALING).to_dict() == expected
+
+
+def test_analyze_from_a_script_read_on_stdin(tmp_path):
+    """`python3 - <<EOF ... EOF` (a script with no file): the map workers must not try to run
+    the script again (they died at start and every rank failed); the analysis finds the
+    straggler, as from a file."""
+    script = ("import traceanalyze\n"
+              f"a = traceanalyze.analyze({str(STRAGGLER)!r}, progress=False)\n"
+              "print(len(a.summary.ranks), sorted({f.rule for f in a.findings}))\n")
+    r = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, cwd=tmp_path,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    ranks, rules = r.stdout.strip().split(" ", 1)
+    assert int(ranks) == len(list(STRAGGLER.glob("rank*.json.gz")))
+    assert "straggler" in rules

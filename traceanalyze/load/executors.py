@@ -7,8 +7,10 @@ never stops the others.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -78,6 +80,24 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
+@contextlib.contextmanager
+def _main_not_rerun():
+    """A new worker process runs the caller's main script again (so that its functions can be
+    found) when `__main__.__file__` names one. A script read from stdin (`python3 - <<EOF`)
+    names `<stdin>`, which a worker cannot run: it dies at start. The maps need nothing from
+    the caller's script, so while the pool runs such a name is hidden."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 def _pooled(files: list[TraceFile], shards_root: str, workers: int, say: Progress) -> list[MapOutcome]:
     """Map every file in a process pool. A worker that dies (killed, out of memory) breaks the
     pool: the unfinished ranks run again in a fresh pool, and if that breaks too, each alone,
@@ -102,7 +122,7 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     """Run one pool over `files`, filling `done`; True when the pool broke."""
     workers = max(1, min(workers, len(files)))
     threads = worker_threads(workers)
-    with _pool(workers) as pool:
+    with _main_not_rerun(), _pool(workers) as pool:
         futures = {pool.submit(map_guarded, tf, shards_root, threads): tf for tf in files}
         try:
             for n, future in enumerate(as_completed(futures), 1):
