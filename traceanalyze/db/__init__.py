@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 
 def _sql_text(name: str) -> str:
