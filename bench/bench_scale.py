@@ -81,7 +81,7 @@ def make_world(n: int, seed: int, folder: Path) -> int:
 
 
 def timed(cmd: list[str], env: dict | None = None, limit_s: float | None = None,
-          limit_rss_mb: float | None = None) -> dict:
+          limit_rss_mb: float | None = None, cwd: Path = ROOT) -> dict:
     """Run a command; wall time, CPU time and peak RSS summed over the command and every
     process it starts (pool workers, Ray workers it owns), sampled every 0.1 s with psutil.
     With a limit, a command that passes it is killed (with its processes) and its "status" says
@@ -90,8 +90,9 @@ def timed(cmd: list[str], env: dict | None = None, limit_s: float | None = None,
 
     load_before = os.getloadavg()[0]
     t = time.perf_counter()
+    # (`python -m` puts the working folder first on sys.path: run in the checkout measured)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env or os.environ.copy())
+                            env=env or os.environ.copy(), cwd=cwd)
     root = psutil.Process(proc.pid)
     cpu: dict[int, float] = {}
     peak = 0
@@ -199,7 +200,7 @@ def bench_size(n: int, seed: int, work: Path, main_checkout: Path | None, use_ra
     if main_checkout is not None:
         main_out = work / f"main{n}"
         main_env = dict(os.environ, PYTHONPATH=str(main_checkout))
-        row["main"] = timed([*ta, str(traces), "--out", str(main_out), "-q"], main_env)
+        row["main"] = timed([*ta, str(traces), "--out", str(main_out), "-q"], main_env, cwd=main_checkout)
         row["main_cause"] = straggler_named(json.loads((main_out / "summary.json").read_text()), straggler)
     if hta_args is not None:
         row["hta"] = hta(traces, *hta_args)
