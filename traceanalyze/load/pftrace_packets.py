@@ -13,17 +13,27 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-
-from google.protobuf.message import DecodeError
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import DebugAnnotation, TracePacket
+from typing import TYPE_CHECKING
 
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.source import StreamCut, iter_blocks, max_uncompressed_bytes
+
+if TYPE_CHECKING:
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import DebugAnnotation, TracePacket
 
 PROTOBUF_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 PACKET_TAG = 0x0A  # field 1 (packet), wire type 2 (length-delimited)
 MAX_PACKET_BYTES = 64 << 20  # a real packet is at most a few MB; beyond this the length is corrupt
 MAX_NESTING = 32  # nested debug annotations deeper than this are corrupt
+
+def _protos():
+    """(TracePacket, DecodeError), imported when a protobuf trace is met: the perfetto and
+    protobuf modules cost every command a third of its start-up time otherwise."""
+    from google.protobuf.message import DecodeError
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
+
+    return TracePacket, DecodeError
+
 
 def is_protobuf(path: Path) -> bool:
     name = path.name.lower().removesuffix(".gz")
@@ -114,9 +124,10 @@ class PacketReader:
         self.packets = 0
 
     def _decode(self, data: bytes) -> TracePacket | None:
+        trace_packet, decode_error = _protos()
         try:
-            return TracePacket.FromString(data)
-        except (DecodeError, RecursionError, ValueError):
+            return trace_packet.FromString(data)
+        except (decode_error, RecursionError, ValueError):
             self.bad_packets += 1
             return None
 
@@ -215,12 +226,13 @@ def head_metadata(head: bytes) -> dict | None:
             head = zlib.decompressobj(31).decompress(head, 1 << 20)
         except zlib.error:
             return None
+    trace_packet, decode_error = _protos()
     found = None
     try:
         for data in walk_packets(iter([head]), {"offset": 0, "left": 0}):
             try:
-                packet = TracePacket.FromString(data)
-            except (DecodeError, RecursionError, ValueError):
+                packet = trace_packet.FromString(data)
+            except (decode_error, RecursionError, ValueError):
                 return found
             if packet.HasField("chrome_events"):
                 found = {**(found or {}), **metadata_of(packet)}

@@ -17,8 +17,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
-
 from traceanalyze import __version__
 from traceanalyze import db as tracedb
 from traceanalyze.load.discover import TraceFile
@@ -60,6 +58,8 @@ class ShardStore:
         return is_remote(self.root)
 
     def fs(self):
+        import fsspec  # (only here: it costs every command's start otherwise)
+
         return fsspec.core.url_to_fs(self.root)[0] if self.remote else fsspec.filesystem("file")
 
     def rank_dir(self, rank: int) -> str:
