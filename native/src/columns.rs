@@ -131,6 +131,8 @@ impl Col {
 pub struct Columns {
     cols: Vec<Col>,
     pub rows: usize,
+    /// a text column passed i32 offsets (2 GiB in one batch): the batch is refused
+    overflow: bool,
 }
 
 impl Columns {
@@ -158,7 +160,11 @@ impl Columns {
                 },
             })
             .collect();
-        Columns { cols, rows: 0 }
+        Columns {
+            cols,
+            rows: 0,
+            overflow: false,
+        }
     }
 
     /// The text value of column `col` in the current row (None: NULL). A column is set at
@@ -175,8 +181,12 @@ impl Columns {
         } = c
         {
             values.extend_from_slice(value.as_bytes());
-            // (a batch holds far less than 2 GiB of text: its events are one block's)
-            offsets.push(values.len() as i32);
+            // (a batch's events are one block's, far less than 2 GiB; if not, it is refused)
+            let end = i32::try_from(values.len()).unwrap_or_else(|_| {
+                self.overflow = true;
+                i32::MAX
+            });
+            offsets.push(end);
             nulls.append_non_null();
         }
     }
@@ -211,6 +221,11 @@ impl Columns {
     }
 
     pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+        if self.overflow {
+            return Err(ArrowError::ComputeError(
+                "more than 2 GiB of text in one batch of events".into(),
+            ));
+        }
         let rows = self.rows;
         let arrays: Vec<ArrayRef> = self
             .cols
