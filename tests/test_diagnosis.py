@@ -86,7 +86,7 @@ def test_intermittent_input_names_rank_steps_period_and_cause(analysed):
         sum(s["held_ms"] for s in ev["per_step"]) / ev["aligned_steps_count"], rel=0.01)
 
 
-def test_periodic_host_work_at_the_end_of_a_step_is_caught_by_busy_step_time(analysed):
+def test_periodic_host_work_at_the_end_of_a_step_is_caught_by_its_step_time_outside_communication(analysed):
     """Rank 1 sleeps after optimizer.step() on every 3rd step: its ProfilerSteps 3, 6, 9 are
     longer than the other ranks' (from the JSON), while the others wait at the NEXT step."""
     period, sleep_s = _params("periodic_host_end")["end_host_work_every"]["1"]
@@ -100,7 +100,7 @@ def test_periodic_host_work_at_the_end_of_a_step_is_caught_by_busy_step_time(ana
     assert finding["rule"] == "intermittent-straggler" and finding["ranks"] == [1]
     ev = finding["evidence"]
     assert ev["cause"] == "host" and ev["cause_steps"] == long_steps and ev["period_steps"] == period
-    assert ev["seen_by"] == "busy step time"
+    assert ev["seen_by"] == "step time outside communication"
 
 
 def test_partial_world_says_the_late_rank_is_not_loaded(analysed):

@@ -1,35 +1,35 @@
 -- One row per rank that holds the other ranks back on some steps: the steps, the cause of each, the period if it repeats.
 --
 -- A rank holds the job back on a step when it is the rank that made the step long, seen two ways:
--- its busy step time (the step minus all its exposed communication, step_waits.busy_ns) exceeds the
+-- its step time outside communication (the step minus all its exposed communication, step_waits.non_comm_ns) exceeds the
 -- other ranks' median (this catches work at the END of a step, which makes the others wait at
 -- the next step's first collective), or it reaches a collective late, step-relative
--- (step_lateness). The cause of each step is the phase group where its extra busy time lies.
+-- (step_lateness). The cause of each step is the phase group where its extra time outside communication lies.
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
-busy AS (
-    SELECT p.rank, p.step, w.busy_ns,
+non_comm AS (
+    SELECT p.rank, p.step, w.non_comm_ns,
            p.data_wait_ns + p.h2d_ns AS input_ns,
            p.forward_ns + p.backward_ns + p.optimizer_ns AS compute_ns,
            p.other_ns AS host_ns
     FROM step_phases AS p JOIN step_waits AS w USING (rank, step) JOIN aligned_steps USING (step)
 ),
 others AS (   -- the other ranks' median, per rank and step
-    SELECT a.rank, a.step, median(b.busy_ns) AS busy_ns, median(b.input_ns) AS input_ns,
+    SELECT a.rank, a.step, median(b.non_comm_ns) AS non_comm_ns, median(b.input_ns) AS input_ns,
            median(b.compute_ns) AS compute_ns, median(b.host_ns) AS host_ns
-    FROM busy AS a JOIN busy AS b ON b.step = a.step AND b.rank <> a.rank
+    FROM non_comm AS a JOIN non_comm AS b ON b.step = a.step AND b.rank <> a.rank
     GROUP BY a.rank, a.step
 ),
 per_step AS (
     SELECT o.rank, o.step,
-           o.busy_ns - x.busy_ns AS busy_excess_ns,
+           o.non_comm_ns - x.non_comm_ns AS non_comm_excess_ns,
            greatest(coalesce(l.late_ns, 0), 0) AS arrival_late_ns,
-           greatest(o.busy_ns - x.busy_ns, coalesce(l.late_ns, 0)) AS held_ns,
+           greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.late_ns, 0)) AS held_ns,
            o.input_ns - x.input_ns AS input_excess_ns,
            o.compute_ns - x.compute_ns AS compute_excess_ns,
            o.host_ns - x.host_ns AS host_excess_ns
-    FROM busy AS o JOIN others AS x USING (rank, step)
+    FROM non_comm AS o JOIN others AS x USING (rank, step)
     LEFT JOIN step_lateness AS l USING (rank, step)
 ),
 flagged AS (  -- the rank that held the step back most, when by enough
@@ -42,8 +42,8 @@ flagged AS (  -- the rank that held the step back most, when by enough
                WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
                ELSE 'unknown'
            END AS step_cause,
-           CASE WHEN arrival_late_ns >= busy_excess_ns THEN 'late at a collective'
-                ELSE 'busy step time' END AS seen_by
+           CASE WHEN arrival_late_ns >= non_comm_excess_ns THEN 'late at a collective'
+                ELSE 'step time outside communication' END AS seen_by
     FROM (SELECT *, row_number() OVER (PARTITION BY step ORDER BY held_ns DESC, rank) AS place FROM per_step) AS p
     CROSS JOIN job AS j
     WHERE p.place = 1 AND p.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)

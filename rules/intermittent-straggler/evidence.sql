@@ -1,9 +1,9 @@
--- Each rank's busy step time (the step minus all its exposed communication, step_waits.busy_ns) and phases on the steps where the rank held the others back.
+-- Each rank's step time outside communication (the step minus all its exposed communication, step_waits.non_comm_ns) and phases on the steps where the rank held the others back.
 SELECT
     p.step,
     p.rank,
     round(p.dur_ns / 1e6, 3) AS step_ms,
-    round(w.busy_ns / 1e6, 3) AS busy_ms,
+    round(w.non_comm_ns / 1e6, 3) AS non_comm_ms,
     round(p.comm_exposed_ns / 1e6, 3) AS waited_ms,
     round((p.data_wait_ns + p.h2d_ns) / 1e6, 3) AS input_ms,
     round((p.forward_ns + p.backward_ns + p.optimizer_ns) / 1e6, 3) AS compute_ms,
