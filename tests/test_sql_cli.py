@@ -212,3 +212,12 @@ def test_the_documented_sql_helpers_exist_and_their_example_runs(cli, db):
     proc = cli("sql", db, example, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "all_gather"
+
+
+def test_stable_mode_is_the_most_frequent_value_ties_to_the_smallest(db):
+    """stable_mode: what the rules name as a finding's cause or op when values tie (DuckDB's
+    mode() returns any of the tied values, so a finding could read differently run to run)."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = con.execute("SELECT stable_mode(['input', 'compute', 'compute', 'input', NULL, NULL]), "
+                          "stable_mode([3, 1, 2, 3]), stable_mode([]::VARCHAR[])").fetchone()
+    assert got == ("compute", 3, None)

@@ -31,7 +31,7 @@ waits AS (     -- the other ranks' wait for the late rank, inside the same colle
 per_rank AS (
     SELECT f.rank, count(*) AS late_steps, list(f.step ORDER BY f.step) AS steps,
            sum(f.late_ns) AS late_sum_ns, median(f.late_ns) AS late_median_ns,
-           mode(f.step_cause) AS cause, mode(f.op) AS op,
+           stable_mode(list(f.step_cause)) AS cause, stable_mode(list(f.op)) AS op,
            median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
            median(f.host_excess_ns) AS host_excess_ns,
            median(w.others_wait_ns) AS others_wait_ns, any_value(w.others) AS others

@@ -12,9 +12,13 @@ idle AS (
     SELECT g.rank, sum(g.dur_ns) AS ns FROM gpu_idle_gaps AS g JOIN aligned_steps USING (step)
     WHERE g.cause = 'sync' GROUP BY g.rank
 ),
-per_rank AS (
-    SELECT s.rank, count(*) AS n_syncs, sum(s.dur_ns) AS blocked_ns, mode(s.name) AS top_call
-    FROM syncs AS s GROUP BY s.rank
+calls AS (
+    SELECT rank, name, count(*) AS n, sum(dur_ns) AS ns FROM syncs GROUP BY rank, name
+),
+per_rank AS (  -- top_call: the most frequent call; ties by the longest in total, then by name (the same on every run)
+    SELECT c.rank, sum(c.n)::BIGINT AS n_syncs, sum(c.ns) AS blocked_ns,
+           first(c.name ORDER BY c.n DESC, c.ns DESC, c.name) AS top_call
+    FROM calls AS c GROUP BY c.rank
 ),
 steps_sum AS (
     SELECT s.rank, count(*) AS n_steps, sum(s.dur_ns) AS ns, list(s.step ORDER BY s.step) AS steps

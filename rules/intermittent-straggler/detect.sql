@@ -73,7 +73,7 @@ per_rank AS (
            any_value(CASE WHEN pe.n >= 3 AND pe.min_gap = pe.max_gap THEN pe.min_gap END) AS period_steps,
            string_agg(CASE WHEN f.step_cause <> d.cause THEN f.step || ' (' || f.step_cause || ')' END, ', '
                       ORDER BY f.step) AS other_steps_text,
-           mode(f.seen_by) AS seen_by
+           stable_mode(list(f.seen_by)) AS seen_by
     FROM flagged AS f JOIN dominant AS d USING (rank) JOIN period AS pe USING (rank)
     GROUP BY f.rank
 )

@@ -12,7 +12,7 @@ steps_sum AS (
 ),
 per_rank AS (
     SELECT rank, count(*) AS n, sum(copy_bytes) AS bytes, sum(dur_ns) AS gpu_ns,
-           coalesce(sum(call_ns), 0) AS host_ns, mode(direction) AS direction
+           coalesce(sum(call_ns), 0) AS host_ns, stable_mode(list(direction)) AS direction
     FROM copies GROUP BY rank
 )
 SELECT

@@ -51,3 +51,8 @@ CREATE OR REPLACE MACRO first_input_numel(input_dims) AS (
 CREATE OR REPLACE MACRO collective_moved_bytes(op, bytes, ranks) AS (
     CASE WHEN op = 'all_gather' THEN bytes * ranks ELSE bytes END
 );
+
+-- the most frequent non-NULL value of a list, ties broken by the smallest value: mode() with the same answer on every run (DuckDB's mode() picks any of tied values), e.g. stable_mode(list(cause))
+CREATE OR REPLACE MACRO stable_mode(xs) AS (
+    SELECT v FROM (SELECT unnest(xs) AS v) WHERE v IS NOT NULL GROUP BY v ORDER BY count(*) DESC, v LIMIT 1
+);
