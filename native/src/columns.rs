@@ -210,13 +210,9 @@ impl Columns {
         }
     }
 
-    /// The current row is complete.
+    /// The current row is complete (a row with nothing set is all NULLs: an element that is
+    /// not an event object).
     pub fn end_row(&mut self) {
-        self.rows += 1;
-    }
-
-    /// A row of NULLs (an element that is not an event object).
-    pub fn null_row(&mut self) {
         self.rows += 1;
     }
 
@@ -238,11 +234,14 @@ impl Columns {
                         values,
                         nulls,
                     } => {
-                        let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(offsets)));
+                        let offsets =
+                            OffsetBuffer::new(ScalarBuffer::from(std::mem::take(offsets)));
                         let values = Buffer::from_vec(std::mem::take(values));
                         // SAFETY: `values` only ever receives whole `&str`s and the offsets
                         // are their boundaries, so every slice is valid UTF-8.
-                        Arc::new(unsafe { StringArray::new_unchecked(offsets, values, nulls.finish()) })
+                        Arc::new(unsafe {
+                            StringArray::new_unchecked(offsets, values, nulls.finish())
+                        })
                     }
                     Col::I64 { values, nulls } => Arc::new(Int64Array::new(
                         ScalarBuffer::from(std::mem::take(values)),

@@ -388,7 +388,7 @@ pub fn decode<'a>(
 ) -> Result<(), EventError> {
     if !text.starts_with('{') {
         tally.non_objects += 1;
-        cols.null_row();
+        cols.end_row();
         return Ok(());
     }
     let mut ev = Event::new(&mut scratch.others);
@@ -401,7 +401,7 @@ pub fn decode<'a>(
         if let Err(e) = collect_slow(text, &mut ev) {
             if e.to_string().contains("recursion limit") {
                 tally.too_deep += 1;
-                cols.null_row();
+                cols.end_row();
                 return Ok(());
             }
             if let Some(fixed) = without_non_finite(text) {
@@ -643,7 +643,8 @@ mod tests {
 
     #[test]
     fn the_last_args_wins_whole() {
-        let (b, t) = one(r#"{"ph": "X", "args": {"External id": 1, "k": 2}, "args": {"correlation": 5}}"#);
+        let (b, t) =
+            one(r#"{"ph": "X", "args": {"External id": 1, "k": 2}, "args": {"correlation": 5}}"#);
         assert_eq!(int(&b, "external_id"), None);
         assert_eq!(int(&b, "correlation"), Some(5));
         assert_eq!(text(&b, "other_args"), None);

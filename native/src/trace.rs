@@ -346,18 +346,22 @@ fn decode_chunk(
             Err(_) => {
                 tally.invalid_utf8 += 1;
                 let lossy = String::from_utf8_lossy(raw).into_owned();
-                events::decode(&lossy, base, &mut cols, &mut tally, &mut events::Scratch::new())
+                events::decode(
+                    &lossy,
+                    base,
+                    &mut cols,
+                    &mut tally,
+                    &mut events::Scratch::new(),
+                )
             }
         };
-        decoded.map_err(
-            |EventError::Syntax(e)| {
-                let at = offset + a as u64;
-                TraceError {
-                    message: format!("malformed trace JSON in the event at byte {at}: {e}"),
-                    offset: Some(at),
-                }
-            },
-        )?;
+        decoded.map_err(|EventError::Syntax(e)| {
+            let at = offset + a as u64;
+            TraceError {
+                message: format!("malformed trace JSON in the event at byte {at}: {e}"),
+                offset: Some(at),
+            }
+        })?;
     }
     let batch = cols.finish(schema).map_err(|e| TraceError {
         message: format!("internal error: {e}"),

@@ -52,7 +52,13 @@ fn decimal_parts(text: &[u8]) -> Option<(bool, &[u8], &[u8], i64)> {
 pub fn scaled_decimal(text: &[u8], scale: i64) -> Option<i128> {
     let (neg, int, frac, exp) = decimal_parts(text)?;
     let shift = exp + scale - frac.len() as i64; // value = digits x 10^shift
-    let digit = |k: usize| if k < int.len() { int[k] } else { frac[k - int.len()] };
+    let digit = |k: usize| {
+        if k < int.len() {
+            int[k]
+        } else {
+            frac[k - int.len()]
+        }
+    };
     let all = int.len() + frac.len();
     let lead = (0..all).take_while(|&k| digit(k) == b'0').count();
     let significant = all - lead;
@@ -264,7 +270,10 @@ mod tests {
         assert_eq!(time_ns("1.5e3"), Ok(1_500_000));
         assert_eq!(time_ns("12"), Ok(12_000));
         assert_eq!(time_ns("-0.0015"), Ok(-2));
-        assert_eq!(time_ns("9999999999999999.9999"), Ok(10_000_000_000_000_000_000));
+        assert_eq!(
+            time_ns("9999999999999999.9999"),
+            Ok(10_000_000_000_000_000_000)
+        );
         assert_eq!(time_ns("12."), Ok(12_000));
         assert_eq!(time_ns("-"), Err(Bad::Invalid));
         assert_eq!(time_ns("\"12\""), Err(Bad::Invalid));
@@ -275,8 +284,26 @@ mod tests {
 
     #[test]
     fn the_fast_time_path_agrees_with_the_general_one() {
-        let ints = ["0", "7", "12", "0012", "1712195495519689", "9999999999999999"];
-        let fracs = ["", ".", ".0", ".5", ".047", ".0004", ".0005", ".4995", ".99951", ".123456789"];
+        let ints = [
+            "0",
+            "7",
+            "12",
+            "0012",
+            "1712195495519689",
+            "9999999999999999",
+        ];
+        let fracs = [
+            "",
+            ".",
+            ".0",
+            ".5",
+            ".047",
+            ".0004",
+            ".0005",
+            ".4995",
+            ".99951",
+            ".123456789",
+        ];
         for sign in ["", "-"] {
             for i in ints {
                 for f in fracs {

@@ -51,7 +51,7 @@ def staging_dir(files: list[TraceFile]) -> str | None:
 # (0.4: at 0.3 the kernels table of a 500 MB trace needs more than the limit; see relaxing_memory)
 MEMORY_LIMIT_PER_EVENT_BYTE = 0.4
 MIN_MEMORY_LIMIT_BYTES = 256 << 20
-MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", re.IGNORECASE)
+MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)", re.IGNORECASE)  # (number, unit)
 
 
 def chosen_memory_limit() -> str | None:
@@ -80,7 +80,7 @@ UNIT_BYTES = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
 
 def memory_bytes(text: str) -> int | None:
     """A DuckDB memory size ('190.7 MiB', '4GB') in bytes; None if it is not one."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*", text, re.IGNORECASE)
+    m = MEMORY_SIZE.fullmatch(text.strip())
     return int(float(m.group(1)) * UNIT_BYTES[m.group(2).lower()]) if m else None
 
 

@@ -34,8 +34,11 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Err(e) => {
-            assert!(!e.message.is_empty() && !e.message.contains('\n'), "{:?}", e.message);
+            assert!(
+                !e.message.is_empty() && !e.message.contains('\n'),
+                "{:?}",
+                e.message
+            );
         }
     }
 });
-
