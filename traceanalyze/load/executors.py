@@ -82,20 +82,28 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 @contextlib.contextmanager
 def _main_not_rerun():
-    """A new worker process runs the caller's main script again (so that its functions can be
-    found) when `__main__.__file__` names one. A script read from stdin (`python3 - <<EOF`)
-    names `<stdin>`, which a worker cannot run: it dies at start. The maps need nothing from
-    the caller's script, so while the pool runs such a name is hidden."""
+    """A new worker process runs the caller's main module again (so that its functions can be
+    found) when `__main__` names a file or a module: a script with no `if __name__ ==
+    "__main__":` guard then calls `analyze()` again inside the worker, which dies in
+    multiprocessing's bootstrapping phase; a script read from stdin names `<stdin>`, which a
+    worker cannot run at all. The maps need nothing from the caller's script (they run
+    `map_guarded` of this module), so while the pool starts its workers, `__main__` names
+    neither."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path is None or os.path.exists(path):
+    if main is None:
         yield
         return
-    del main.__file__
+    hidden = {name: getattr(main, name) for name in ("__file__", "__spec__") if hasattr(main, name)}
+    for name in hidden:
+        if name == "__spec__":
+            main.__spec__ = None
+        else:
+            delattr(main, name)
     try:
         yield
     finally:
-        main.__file__ = path
+        for name, value in hidden.items():
+            setattr(main, name, value)
 
 
 def _pooled(files: list[TraceFile], shards_root: str, workers: int, say: Progress) -> list[MapOutcome]:

@@ -32,7 +32,7 @@ from pathlib import Path
 import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
-from traceanalyze import _native
+from traceanalyze.load.extension import native as _native
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.read import RankRead
 from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of, text_of

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from traceanalyze import _native
+from traceanalyze.load.extension import native as _native
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.pftrace_packets import is_protobuf
