@@ -52,7 +52,7 @@ def test_findings_are_listed_by_severity_with_rank_cost_and_advice():
     part = text[text.index("Findings"):]
     order = [part.index(rule) for rule in ("collective-straggler", "dataloader-stall", "step-jitter")]
     assert order == sorted(order)  # error, then warning, then info
-    assert "collective-straggler | rank 17 | 80.0 ms/step" in part
+    assert "collective-straggler | rank 17 | costs 80.0 ms/step" in part
     assert "step-jitter | all ranks" in part
     assert "try: do less" in part
 

@@ -103,6 +103,11 @@ class Rule:
     judge: Judge = field(default_factory=Judge)          # below this the rule abstains
     explains: tuple[Explains, ...] = ()                  # general findings this rule's findings explain
     group_ranks: tuple[str, ...] | None = None           # evidence keys: per-rank findings alike -> one
+    severity_rule: str | None = None                     # how detect raises/lowers the severity
+
+    def severity_text(self) -> str:
+        """How a finding's severity is decided (what `explain` prints)."""
+        return self.severity_rule or f"{self.severity} (always)"
 
     @property
     def summary(self) -> str:
@@ -174,7 +179,19 @@ def load_rule(folder: Path) -> Rule:
         judge=Judge.parse(data.get("judge"), where, RuleDefinitionError),
         explains=Explains.parse_list(data.get("explains"), where, RuleDefinitionError),
         group_ranks=None if data.get("group_ranks") is None else tuple(data["group_ranks"]),
+        severity_rule=_severity_rule(data, detect_sql, detect_py, where),
     )
+
+
+def _severity_rule(data: dict, detect_sql: str | None, detect_py: Path | None, where: str) -> str | None:
+    """A rule whose detect sets each finding's severity says how, in `severity_rule`."""
+    text = data.get("severity_rule")
+    decides = "severity" in (detect_sql or (detect_py.read_text() if detect_py else "")).lower()
+    if decides and not text:
+        raise RuleDefinitionError("detect sets the severity: say how in severity_rule", where)
+    if text is not None and not isinstance(text, str):
+        raise RuleDefinitionError("severity_rule must be a text", where)
+    return " ".join(text.split()) if text else None
 
 
 def _optional_text(path: Path) -> str | None:

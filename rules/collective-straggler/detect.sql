@@ -30,11 +30,11 @@ waits AS (     -- the other ranks' wait for the late rank, inside the same colle
 ),
 per_rank AS (
     SELECT f.rank, count(*) AS late_steps, list(f.step ORDER BY f.step) AS steps,
-           sum(f.late_ns) AS late_sum_ns, median(f.late_ns) AS late_median_ns,
+           sum(f.late_ns) AS late_sum_ns, avg(f.late_ns) AS late_mean_ns,
            stable_mode(list(f.step_cause)) AS cause, stable_mode(list(f.op)) AS op,
            median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
            median(f.host_excess_ns) AS host_excess_ns,
-           median(w.others_wait_ns) AS others_wait_ns, any_value(w.others) AS others
+           avg(w.others_wait_ns) AS others_wait_ns, min(w.others) AS others
     FROM flagged AS f LEFT JOIN waits AS w USING (rank, step)
     GROUP BY f.rank
 )
@@ -47,7 +47,7 @@ SELECT
     p.rank,
     p.cause,
     p.op,
-    p.late_median_ns / 1e6 AS late_ms,
+    p.late_mean_ns / 1e6 AS late_ms,
     p.others,
     p.others_wait_ns / 1e6 AS others_wait_ms,
     p.input_excess_ns / 1e6 AS input_excess_ms,

@@ -18,7 +18,9 @@ def _para(text: str) -> str:
 
 
 def explain_text(rule: Rule) -> str:
-    lines = [f"{rule.id}: {rule.title}", f"severity: {rule.severity}", ""]
+    lines = [f"{rule.id}: {rule.title}",
+             textwrap.fill(f"severity: {rule.severity_text()} (a config file's severity for the "
+                           "rule replaces it)", width=88, subsequent_indent="  "), ""]
     for key, heading in SECTIONS:
         if rule.docs.get(key):
             lines += [f"## {heading}", _para(rule.docs[key]), ""]

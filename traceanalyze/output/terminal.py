@@ -112,7 +112,7 @@ def _finding_lines(f: dict, n_ranks: int, st: _Style) -> list[str]:
         f"rank{'s' if len(ranks) != 1 else ''} {fmt_ranks(ranks)}" if ranks else "no rank")
     parts = [f["rule"], who]
     if cost.get("ms_per_step") is not None:
-        parts.append(f"{fmt_ms(cost['ms_per_step'])}/step ({fmt_pct(cost.get('pct_of_step'))})")
+        parts.append(f"costs {fmt_ms(cost['ms_per_step'])}/step ({fmt_pct(cost.get('pct_of_step'))} of the step)")
     indent = " " * 9
     lines = [" " + st(sev, **SEVERITY_STYLE.get(f["severity"], {})) + " " + " | ".join(parts)]
     lines += textwrap.wrap(f["title"], WIDTH, initial_indent=indent, subsequent_indent=indent)
