@@ -251,7 +251,7 @@ def _trio(r: dict | None, ranks: int | None = None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The README's table (wall s / CPU s / peak RSS MB per command)."""
+    """The benchmarks page's table (docs/benchmarks.md; wall s / CPU s / peak RSS MB per command)."""
     lines = ["| ranks | map (`load`) wall s / CPU s / peak RSS MB | reduce (`analyze --shards`) wall s / CPU s /"
              " peak RSS MB | shards MB | CPU s per rank | summary.json / report.html MB | straggler named (cause) |"
              " single database (`main`): wall s / CPU s / peak RSS MB | Ray map: wall s / CPU s / peak RSS MB |"

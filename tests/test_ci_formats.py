@@ -237,9 +237,9 @@ def test_junit_of_a_real_run_has_a_case_per_rule_of_the_pack(runs_dir):
     assert "rank 0" in root.find(".//testcase[@name='collective-straggler']/failure").get("message")
 
 
-# ---- the CI recipes in README.md run as written -----------------------------------------------
+# ---- the CI recipes of the docs (docs/ci.md) run as written -------------------------------------
 
-DOCS = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
 
 
 def _doc_yaml_blocks() -> list[dict]:

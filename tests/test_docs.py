@@ -1,5 +1,9 @@
-"""The documentation tells the truth: every table and column is documented, README is regenerated."""
+"""The documentation tells the truth: every table and column is documented, the generated reference
+pages are current, the paths it names exist, and the docs site builds with --strict."""
 
+import html
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,19 +37,72 @@ def test_every_table_and_column_of_a_real_database_is_documented(balanced_db):
     assert not missing, f"undocumented: {missing}"
 
 
-def test_readme_generated_sections_are_up_to_date():
+def test_generated_reference_pages_are_up_to_date():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_docs.py"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_readme_paths_exist():
-    """The 'where does X happen' table names files that exist."""
-    import re
-
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Where does X happen", 1)[1].split("\n## ", 1)[0]
+def test_architecture_paths_exist():
+    """The 'where does X happen' table (ARCHITECTURE.md, the Architecture page) names files that exist."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## Where does X happen", 1)[1].split("\n## ", 1)[0]
     paths = re.findall(r"`([\w./-]+/[\w./-]*)`", section)
-    assert paths
+    assert len(paths) >= 20, paths
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, missing
+
+
+def test_readme_is_a_front_door_whose_links_exist():
+    """README.md stays short, keeps the two commands, and every relative link it makes (docs pages,
+    the screenshot) points at a file of the repository, so the links work on GitHub too."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert "pip install . && traceanalyze fixtures/ddp/input_straggler" in readme
+    assert "bash scripts/install-test-deps.sh && python3 -m pytest -q -n 2" in readme
+    links = [link.split("#")[0] for link in re.findall(r"\]\(([^)\s]+)\)", readme)
+             if "://" not in link and not link.startswith("#")]
+    assert {"docs/getting-started.md", "docs/img/report.png", "docs/reference/schema.md"} <= set(links)
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, missing
+    assert (ROOT / "docs" / "img" / "report.png").stat().st_size < 300_000
+
+
+def test_docs_site_builds_strict(tmp_path):
+    """`mkdocs build --strict` (a broken link, a missing include or a bad API reference fails it)
+    writes the pages the README links to, with their generated content."""
+    site = tmp_path / "site"
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                             "-f", str(ROOT / "mkdocs.yml"), "-d", str(site)],
+                            cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    pages = {p: (site / p / "index.html") for p in
+             ["getting-started", "concepts", "usage", "outputs", "python-api", "ci", "configuration",
+              "scale-out", "rules", "benchmarks", "changelog", "architecture",
+              "reference/schema", "reference/cli", "reference/rules", "reference/sql-helpers"]}
+    missing = [p for p, path in pages.items() if not path.is_file()]
+    assert not missing, missing
+    assert (site / "index.html").is_file() and (site / "img" / "report.png").is_file()
+
+    def text(page: str) -> str:
+        return html.unescape(re.sub(r"<[^>]+>", "", pages[page].read_text()))
+
+    # generated content made it into the pages: every table, every rule, every command
+    schema = text("reference/schema")
+    assert [t for t in table_comments() if not t.startswith("_") and t not in schema] == []
+    rules = text("reference/rules")
+    rule_ids = sorted(p.parent.name for p in (ROOT / "rules").glob("*/rule.yaml"))
+    assert rule_ids and [r for r in rule_ids if r not in rules] == []
+    from traceanalyze.cli import cli
+    cli_page = text("reference/cli")
+    assert [c for c in cli.commands if f"traceanalyze {c} --help" not in cli_page] == []
+    # the API reference is rendered from the docstrings of traceanalyze.api
+    api = pages["python-api"].read_text()
+    for name in ["analyze", "Analysis", "Analysis.sql", "diff", "scaling"]:
+        assert f'id="traceanalyze.api.{name}"' in api, name
+    # the included root files: the changelog and the architecture (with its 'where' table)
+    first_change = (ROOT / "CHANGELOG.md").read_text().split("\n- ", 1)[1].split("\n")[0]
+    assert html.unescape(re.sub(r"[*`]", "", first_change)).strip()[:40] in " ".join(text("changelog").split())
+    assert "Where does X happen" in text("architecture")
+    assert "--8<--" not in text("changelog") + text("architecture") + text("rules")

@@ -299,7 +299,7 @@ def test_unknown_rule_ids_are_usage_errors(tmp_path):
 # ---- the recorded 4-rank gloo DDP fixtures, through the real command line ----------------
 
 SEVERITY_ORDER = ["info", "warning", "error"]
-# README: "--fail-on (default error): findings of this severity or worse fail the gate"
+# docs/ci.md: "--fail-on (default error): findings of this severity or worse fail the gate"
 FAILING_SEVERITIES = {"info": {"info", "warning", "error"}, "warning": {"warning", "error"}, "error": {"error"}}
 PATHOLOGICAL = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json") if expected(p.parent.name))
 HEALTHY = ["balanced", "find_unused_false", "grad_accum_nosync", "scaling_ws4"]

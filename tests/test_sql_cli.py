@@ -183,7 +183,7 @@ def test_table_format_shortens_a_huge_cell(cli, tmp_path):
 
 
 def test_fixture_dir_is_queryable(cli, tmp_path):
-    """Queries on a recorded scenario folder (the README's example usage)."""
+    """Queries on a recorded scenario folder (the documented example usage)."""
     scenario = next(p for p in sorted(FIXTURES.iterdir()) if any(p.glob("*.pt.trace.json.gz")))
     proc = cli("sql", scenario, "SELECT count(DISTINCT rank) AS n FROM steps", "--format", "csv", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -199,9 +199,9 @@ def test_query_may_start_with_a_comment_line(cli, db, kernels):
 
 
 def test_the_documented_sql_helpers_exist_and_their_example_runs(cli, db):
-    """README "SQL helpers": every macro listed is in a loaded database, and the example works."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("### SQL helpers"):readme.index("<!-- macros:end -->")]
+    """The SQL helpers page: every macro listed is in a loaded database, and the example works."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "sql-helpers.md").read_text()
+    section = page[:page.index("<!-- macros:end -->")]
     listed = re.findall(r"^\| `(\w+)\(", section, re.MULTILINE)
     assert {"collective_op", "dtype_bytes", "first_input_numel", "collective_moved_bytes"} <= set(listed)
     with duckdb.connect(str(db), read_only=True) as con:

@@ -3,7 +3,7 @@
     import traceanalyze
     a = traceanalyze.analyze("runs/job42")     # an Analysis: .verdict, .findings, .sql(), ...
 
-Everything imported here is the public, typed API (see the README, "Python / notebooks").
+Everything imported here is the public, typed API (see docs/python-api.md).
 """
 
 import sys

@@ -103,7 +103,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
     progress: "auto" (a bar in notebooks and terminals), True, False, or a function of a message.
     executor: "local" (a process pool over all cores, `workers` at once) or "ray" (Ray tasks on
     the cluster at `ray_address` / $RAY_ADDRESS). shards: the shard folder (a path or an fsspec
-    URL; default <db>.shards); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
+    URL; default `<db>.shards`); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
     to analyze the shards written by `traceanalyze ingest`.
     """
     from traceanalyze.diagnose import diagnose

@@ -371,7 +371,7 @@ def run_rule(con, rule: Rule, overrides: Mapping[str, Any] | None = None,
 
 
 def rules_markdown(rules: Iterable[Rule] | None = None) -> str:
-    """The rules table of the README (generated; `scripts/update_docs.py`)."""
+    """The rules table of docs/reference/rules.md (generated; `scripts/update_docs.py`)."""
     lines = ["| rule | severity | what it catches | parameters (default) | judges with | explains |",
              "|---|---|---|---|---|---|"]
     for rule in rules if rules is not None else load_rules():

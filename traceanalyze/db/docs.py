@@ -1,4 +1,4 @@
-"""Turn the `--` comments of the schema SQL into documentation (README schema section, `sql --schema`)."""
+"""Turn the `--` comments of the schema SQL into documentation (the schema page, `sql --schema`)."""
 
 from __future__ import annotations
 
