@@ -72,10 +72,13 @@ def _file_problem(path: str, entry) -> str | None:
 
 
 def _rank_problem(folder: str, rank: int) -> ShardProblem | None:
-    """A file whose `rank` column holds another rank (read from the files' statistics)."""
+    """A file whose `rank` column holds another rank (read from the files' statistics). The
+    folder's name `rank=N` is not read as a column (hive_partitioning = false): it would hide
+    the file's own column."""
     paths = [os.path.join(folder, f"{table}.parquet") for table in SHARD_TABLES]
     query = " UNION ALL ".join(
-        f"SELECT {i} AS i, count(*) AS n, min(rank) AS other FROM read_parquet(?) WHERE rank <> ?"
+        f"SELECT {i} AS i, count(*) AS n, min(rank) AS other"
+        " FROM read_parquet(?, hive_partitioning = false) WHERE rank <> ?"
         for i in range(len(paths)))
     params = [value for path in paths for value in (path, rank)]
     with duckdb.connect(config={"threads": 1}) as con:
@@ -92,7 +95,8 @@ def _rank_problem(folder: str, rank: int) -> ShardProblem | None:
 def _unreadable(con, paths: list[str], rank: int) -> ShardProblem:
     for path in paths:
         try:
-            con.execute("SELECT count(*) FROM read_parquet(?) WHERE rank <> ?", [path, rank]).fetchall()
+            con.execute("SELECT count(*) FROM read_parquet(?, hive_partitioning = false) WHERE rank <> ?",
+                        [path, rank]).fetchall()
         except duckdb.Error as exc:
             first = " ".join(str(exc).split())[:200]
             return ShardProblem(rank, path, f"it cannot be read as a shard table ({first})")
