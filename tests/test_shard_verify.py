@@ -115,6 +115,18 @@ def test_a_file_cut_short_with_its_trace_gone_leaves_the_rank_out(shard_sets, tm
     assert victim.stat().st_size == whole // 2  # the damaged file is reported, not touched
 
 
+def test_no_intact_shard_left_is_a_one_line_error(shard_sets, tmp_path):
+    shards = _copy_shards(shard_sets, "orphaned", tmp_path)
+    for rank in range(4):
+        victim = shards / f"rank={rank}" / "steps.parquet"
+        victim.write_bytes(victim.read_bytes()[:100])
+    proc = run_cli("analyze", "--shards", shards, "--out", tmp_path / "out", "-q")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    first = shards / "rank=0" / "steps.parquet"
+    assert line.startswith(f"error: {first}: no usable shard (4 damaged, 0 missing or stale)"), line
+
+
 def test_another_ranks_file_is_detected_by_hash_and_by_its_rank_column(shard_sets, tmp_path):
     shards = _copy_shards(shard_sets, "orphaned", tmp_path)
     foreign = shards / "rank=0" / "steps.parquet"

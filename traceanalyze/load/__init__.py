@@ -240,7 +240,8 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
     notes += [_corrupt_issue(p) for p in damaged]
     if not shards:
         if damaged:
-            raise TraceanalyzeError(f"no usable shard: {damaged[0].message()}", damaged[0].file)
+            raise TraceanalyzeError(f"no usable shard ({len(damaged)} damaged, {len(stale)} missing or stale); "
+                                    f"this file: {damaged[0].problem}", damaged[0].file)
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
     if stale or any(note[2] in RANK_LEFT_OUT for note in notes):
         meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this

@@ -130,20 +130,27 @@ def usable_shards(store: ShardStore, ranks: list[int], cache_root: str,
     this process already (load/verify.py); a damaged shard is never read as Parquet."""
     folders = localize(store, ranks, cache_root)
     shards, stale, damaged = [], [], []
-    for rank in ranks:
-        folder = folders[rank]
-        manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
-            if os.path.exists(os.path.join(folder, MANIFEST)) else None
-        if not is_current(manifest):
-            stale.append(rank)
-            continue
-        problem = None if rank in verified else verify_shard(folder, manifest, rank)
-        if problem is None:
-            shards.append(Shard(rank, folder, manifest))
-        elif store.remote:  # name the object; and fetch it again next time (the copy may be at fault)
-            ShardStore(cache_root).forget(rank)
-            name = os.path.basename(problem.file)
-            damaged.append(ShardProblem(rank, f"{store.rank_dir(rank)}/{name}", problem.problem))
-        else:
-            damaged.append(problem)
+    with duckdb.connect(config={"threads": 1}) as con:  # (reads the files' statistics)
+        for rank in ranks:
+            folder = folders[rank]
+            manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
+                if os.path.exists(os.path.join(folder, MANIFEST)) else None
+            if not is_current(manifest):
+                stale.append(rank)
+                continue
+            problem = None if rank in verified else verify_shard(folder, manifest, rank, con)
+            if problem is None:
+                shards.append(Shard(rank, folder, manifest))
+            else:
+                damaged.append(_in_store(problem, store, cache_root))
     return shards, stale, damaged
+
+
+def _in_store(problem: ShardProblem, store: ShardStore, cache_root: str) -> ShardProblem:
+    """A problem of a downloaded copy names the object in the bucket; the copy is dropped, so
+    the next run fetches it again (the download may be what went wrong)."""
+    if not store.remote:
+        return problem
+    ShardStore(cache_root).forget(problem.rank)
+    name = os.path.basename(problem.file)
+    return ShardProblem(problem.rank, f"{store.rank_dir(problem.rank)}/{name}", problem.problem)

@@ -35,9 +35,11 @@ class ShardProblem:
         return f"damaged shard file {self.file}: {self.problem}"
 
 
-def verify_shard(folder: str, manifest: dict, rank: int) -> ShardProblem | None:
+def verify_shard(folder: str, manifest: dict, rank: int,
+                 con: duckdb.DuckDBPyConnection | None = None) -> ShardProblem | None:
     """The first problem of the shard in the local `folder` (rank `rank`), or None when every
-    file is the one its manifest describes."""
+    file is the one its manifest describes. `con`: a DuckDB connection to read the files'
+    statistics with (one for many shards saves opening one each time)."""
     if manifest.get("rank") != rank:
         return ShardProblem(rank, os.path.join(folder, MANIFEST),
                             f"the manifest of rank {manifest.get('rank')!r}, in the folder of rank {rank}")
@@ -48,7 +50,10 @@ def verify_shard(folder: str, manifest: dict, rank: int) -> ShardProblem | None:
         problem = _file_problem(os.path.join(folder, f"{table}.parquet"), entries.get(f"{table}.parquet"))
         if problem:
             return ShardProblem(rank, os.path.join(folder, f"{table}.parquet"), problem)
-    return _rank_problem(folder, rank)
+    if con is None:
+        with duckdb.connect(config={"threads": 1}) as own:
+            return _rank_problem(own, folder, rank)
+    return _rank_problem(con, folder, rank)
 
 
 def _file_problem(path: str, entry) -> str | None:
@@ -71,7 +76,7 @@ def _file_problem(path: str, entry) -> str | None:
     return None
 
 
-def _rank_problem(folder: str, rank: int) -> ShardProblem | None:
+def _rank_problem(con, folder: str, rank: int) -> ShardProblem | None:
     """A file whose `rank` column holds another rank (read from the files' statistics). The
     folder's name `rank=N` is not read as a column (hive_partitioning = false): it would hide
     the file's own column."""
@@ -81,14 +86,14 @@ def _rank_problem(folder: str, rank: int) -> ShardProblem | None:
         " FROM read_parquet(?, hive_partitioning = false) WHERE rank <> ?"
         for i in range(len(paths)))
     params = [value for path in paths for value in (path, rank)]
-    with duckdb.connect(config={"threads": 1}) as con:
-        try:
-            rows = con.execute(query, params).fetchall()
-        except duckdb.Error:  # (the hashes matched, so this is rare: find the file, name it)
-            return _unreadable(con, paths, rank)
+    try:
+        rows = con.execute(query, params).fetchall()
+    except duckdb.Error:  # (the hashes matched, so this is rare: find the file, name it)
+        return _unreadable(con, paths, rank)
     for i, n, other in sorted(rows):
         if n:
-            return ShardProblem(rank, paths[i], f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
+            return ShardProblem(rank, paths[i],
+                                f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
     return None
 
 
