@@ -92,6 +92,17 @@ def test_sql_and_table_agree_with_the_trace_files(straggler):
         a.sql("SELECT nonsense FROM nowhere")
 
 
+def test_sql_is_read_only_and_writes_no_file(straggler, tmp_path):
+    a, _ = straggler
+    out = tmp_path / "steps.parquet"
+    for statement in (f"COPY steps TO '{out}' (FORMAT parquet)", f"EXPORT DATABASE '{tmp_path / 'x'}'",
+                      f"SELECT 1; COPY (SELECT 1) TO '{out}'"):
+        with pytest.raises(traceanalyze.TraceError, match="query refused: (COPY|EXPORT) is not a read-only"):
+            a.sql(statement)
+    assert list(tmp_path.iterdir()) == []
+    assert a.sql("EXPLAIN SELECT count(*) FROM steps").height > 0
+
+
 def test_evidence_reproduces_the_finding(straggler):
     a, _ = straggler
     worst = a.findings[0]

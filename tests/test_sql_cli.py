@@ -111,15 +111,15 @@ def test_query_from_a_file(cli, db, tmp_path):
 def test_read_only_by_default(cli, db, statement):
     before = (db.stat().st_mtime_ns, db.stat().st_size)
     proc = cli("sql", db, statement)
-    one_line_error(proc, "query failed", "read-only")
+    one_line_error(proc, "query refused", "is not a read-only statement")
     assert (db.stat().st_mtime_ns, db.stat().st_size) == before
 
 
 def test_read_only_query_cannot_write_or_read_other_files(cli, db, tmp_path):
     out = tmp_path / "out.csv"
-    one_line_error(cli("sql", db, f"COPY (SELECT 1) TO '{out}'"), "query failed")
+    one_line_error(cli("sql", db, f"COPY (SELECT 1) TO '{out}'"), "query refused", "COPY")
     assert not out.exists()
-    one_line_error(cli("sql", db, f"ATTACH '{tmp_path / 'new.duckdb'}' AS n"), "query failed")
+    one_line_error(cli("sql", db, f"ATTACH '{tmp_path / 'new.duckdb'}' AS n"), "query refused", "ATTACH")
     assert not (tmp_path / "new.duckdb").exists()
     one_line_error(cli("sql", db, "SELECT * FROM read_text('/etc/hostname')"), "query failed")
 

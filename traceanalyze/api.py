@@ -192,7 +192,11 @@ class Analysis:
         import duckdb
 
         from traceanalyze.db.frames import to_polars
+        from traceanalyze.db.sandbox import ALLOWED, refusal
 
+        reason = refusal(self.connection(), query)
+        if reason:
+            raise TraceError(f"query refused: {reason}; .sql() runs {ALLOWED}")
         try:
             cur = self.connection().execute(query, params) if params is not None \
                 else self.connection().execute(query)

@@ -19,11 +19,12 @@ def command(trace: str, shards: str, force: bool) -> None:
     """Parse one rank's trace file TRACE (a path or URL) into SHARDS/rank=N/.
 
     Then `traceanalyze analyze --shards SHARDS` runs the cross-rank analysis. A rank whose
-    shard is up to date (same trace, same traceanalyze) is not parsed again.
+    shard is up to date (same trace, same traceanalyze, files intact) is not parsed again.
+    A second ingest of a rank that is being written waits for the first, then finds it up to date.
     """
     from traceanalyze.load.discover import identify
-    from traceanalyze.load.map import map_rank
-    from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
+    from traceanalyze.load.map import map_rank_locked
+    from traceanalyze.load.shards import ShardStore, is_remote, local_path, rank_lock
 
     if is_remote(trace):
         from traceanalyze.load.remote import identify_remote
@@ -35,13 +36,30 @@ def command(trace: str, shards: str, force: bool) -> None:
             raise TraceanalyzeError("no such trace file (ingest takes one rank's file)", trace)
         tf = identify(path, only_file=True)
     store = ShardStore(shards)
-    if not force and is_current(store.read_manifest(tf.rank), tf):
-        click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
-        return
     if not store.remote:
         try:
-            Path(local_path(shards)).mkdir(parents=True, exist_ok=True)
+            Path(store.rank_dir(tf.rank)).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TraceanalyzeError(f"cannot create the shard folder: {exc.strerror}", shards) from None
-    manifest = map_rank(tf, shards)
+
+    def waiting(holder: str) -> None:
+        click.echo(f"rank {tf.rank}: waiting for another ingest of this rank to finish ({holder})", err=True)
+
+    with rank_lock(store, tf.rank, waiting):
+        if not force and _up_to_date(store, tf):
+            click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
+            return
+        manifest = map_rank_locked(tf, store)
     click.echo(f"rank {tf.rank}: wrote {store.rank_dir(tf.rank)} ({manifest['events']:,} events)")
+
+
+def _up_to_date(store, tf) -> bool:
+    """The rank's shard is of this trace and this version, and (in a local folder) its files are
+    the ones its manifest describes (a shard in a bucket is checked when it is reduced)."""
+    from traceanalyze.load.shards import is_current
+    from traceanalyze.load.verify import verify_shard
+
+    manifest = store.read_manifest(tf.rank)
+    if not is_current(manifest, tf):
+        return False
+    return store.remote or verify_shard(store.rank_dir(tf.rank), manifest, tf.rank) is None

@@ -34,7 +34,8 @@ FETCH_ROWS = 10_000  # rows fetched (and written) at a time
               metavar="SECONDS", help="Stop the query after this many seconds (exit code 2).")
 @click.option("--write", is_flag=True,
               help="Open the database read-write and allow file access (COPY TO, ATTACH, read_csv);"
-                   " by default it is read-only and the query cannot touch other files.")
+                   " by default it is read-only: only SELECT, EXPLAIN and describing PRAGMAs run, and"
+                   " the query reads no file but the shards of the database's views.")
 @click.option("--schema", "show_schema", is_flag=True, help="Print the documented tables and columns.")
 @ranks_option()
 def command(source: Path | None, query: str | None, query_file: Path | None, fmt: str, limit: int | None,
@@ -59,8 +60,10 @@ def command(source: Path | None, query: str | None, query_file: Path | None, fmt
         limit = TABLE_ROW_LIMIT if fmt == "table" else 0
     db_path = resolve_db(source, ranks)
     try:
-        # read-only means nothing on disk changes: no writes to the database, no COPY TO / ATTACH,
-        # and a locked configuration (CALL enable_logging(storage='file') would abort DuckDB)
+        # read-only means nothing on disk changes: no writes to the database, no statement but
+        # reading ones (db/sandbox.py: no COPY TO / EXPORT / ATTACH, even into the shard folder
+        # the views read), and a locked configuration (CALL enable_logging(storage='file') would
+        # abort DuckDB)
         con = tracedb.connect(db_path, read_only=not write,
                               config={} if write else {"enable_external_access": False})
         if not write:
@@ -68,6 +71,13 @@ def command(source: Path | None, query: str | None, query_file: Path | None, fmt
     except duckdb.Error as exc:
         raise TraceError(f"cannot open the database: {' '.join(str(exc).split())}", str(db_path)) from None
     try:
+        if not write:
+            from traceanalyze.db.sandbox import ALLOWED, refusal
+
+            reason = refusal(con, query)
+            if reason:
+                raise TraceError(f"query refused: {reason}; a read-only query runs {ALLOWED} "
+                                 "(--write allows the rest)")
         _run_query(con, query, fmt, limit or None, timeout_s)
     finally:
         con.close()

@@ -115,15 +115,33 @@ def bound_views_memory(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _lock(con: duckdb.DuckDBPyConnection) -> None:
-    """No file access but the database's own shard folder (its per-rank tables may be views
-    over Parquet files there)."""
-    try:
-        row = con.execute("SELECT value FROM load_meta WHERE key = 'shards'").fetchone()
-    except duckdb.Error:
-        row = None
-    if row and row[0]:
-        con.execute("SET allowed_directories = ?", [[row[0].rstrip("/") + "/"]])
+    """No file access but to the rank folders of the shards that the database's views read (a
+    database of tables reads no file), no extension installed or loaded. File access is read
+    and write alike in DuckDB: the statements that write are refused by db/sandbox.py."""
+    folders = view_folders(con)
+    if folders:
+        con.execute("SET allowed_directories = ?", [[f.rstrip("/") + "/" for f in folders]])
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
     con.execute("SET enable_external_access = false")
+
+
+def view_folders(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The folders whose Parquet files the database's per-rank views read (none when its
+    tables are copies): load_meta's 'shard_folders', else (a database written before it was
+    recorded) its whole 'shards' folder."""
+    import json
+
+    try:
+        meta = dict(con.execute("SELECT key, value FROM load_meta WHERE key IN ('storage', 'shards', 'shard_folders')")
+                    .fetchall())
+    except duckdb.Error:
+        return []
+    if meta.get("storage") == "tables":
+        return []
+    if meta.get("shard_folders"):
+        return [str(f) for f in json.loads(meta["shard_folders"])]
+    return [meta["shards"]] if meta.get("shards") else []
 
 
 def table_comments() -> dict[str, dict[str, str]]:

@@ -68,6 +68,6 @@ CREATE TABLE load_issues (
 
 -- Facts about the load itself.
 CREATE TABLE load_meta (
-    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target'
+    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read)
     value VARCHAR               -- its value
 );

@@ -5,8 +5,10 @@
     executors.py     the maps on a local process pool (default) or Ray (ray_executor.py)
     reduce.py        the shard set -> trace.duckdb: per-rank tables (views or copies), cross-rank tables
 
-An unchanged rank keeps its shard (its manifest names the exact source bytes); a rank whose
-map fails is reported in load_issues and the others are analyzed.
+An unchanged rank keeps its shard (its manifest names the exact source bytes) when its files
+are intact (verify.py); a damaged one is mapped again from its trace, or, when the trace is
+gone, left out and reported. A rank whose map fails is reported in load_issues and the others
+are analyzed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from traceanalyze.load.reduce import (
 )
 from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
 from traceanalyze.load.stale import marker, sweep_database_tmp, sweep_staging
+from traceanalyze.load.verify import ShardProblem
 
 Progress = Callable[[str], None]
 # (importing the submodule traceanalyze.load.map binds `map` in this namespace: no builtin map() here)
@@ -84,11 +87,27 @@ def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | No
             " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
 
 
-def _reused_result(db_path: Path) -> LoadResult:
+def _reused_result(db_path: Path) -> LoadResult | None:
+    """The database as it is, or None when it is of views over shards that are no longer intact."""
     with tracedb.connect(db_path, read_only=True) as con:
         ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+        meta = dict(con.execute("SELECT key, value FROM load_meta WHERE key IN ('storage', 'shards')").fetchall())
+        if meta.get("storage") == "views" and not _views_intact(meta.get("shards") or "", ranks):
+            return None
         (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     return LoadResult(db_path, ranks, True, events, 0)
+
+
+def _views_intact(shards_root: str, ranks: list[int]) -> bool:
+    """The local shards that a database's views read are still the ones their manifests describe."""
+    from traceanalyze.load.verify import verify_shard
+
+    store = ShardStore(shards_root)
+    for rank in ranks:
+        manifest = store.read_manifest(rank)
+        if not is_current(manifest) or verify_shard(store.rank_dir(rank), manifest, rank) is not None:
+            return False
+    return True
 
 
 def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
@@ -120,7 +139,10 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     store = ShardStore(shards_root)
     created = _create_root(store, db_path)
     try:
-        stale = [tf for tf in discovery.files if not (reuse and is_current(store.read_manifest(tf.rank), tf))]
+        current = [tf.rank for tf in discovery.files if reuse and is_current(store.read_manifest(tf.rank), tf)]
+        intact, _, damaged = usable_shards(store, current, _cache_root(store, db_path))
+        verified = frozenset(s.rank for s in intact)
+        stale = [tf for tf in discovery.files if tf.rank not in verified]
         total_mb = sum(tf.size_bytes for tf in stale) / 1e6
         if stale:
             say(f"parsing {len(stale)} of {len(discovery.files)} trace file(s), {total_mb:.1f} MB on disk"
@@ -134,10 +156,11 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
         notes = [(None, path, kind, DISCOVERY_WARNINGS.get(kind, "info"), message, None)
                  for path, kind, message in discovery.notes]
         notes += [_failure_issue(o) for o in failed]
+        notes += [_repaired_issue(p) for p in damaged if p.rank not in {o.rank for o in failed}]
         good = [tf.rank for tf in discovery.files if tf.rank not in {o.rank for o in failed}]
         result = reduce_to_db(store, good, db_path, notes, say, meta={
             "target": str(target), "fingerprint": fingerprint,
-            "rank_selection": "all" if ranks is None else format_ranks(ranks)})
+            "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified)
     except BaseException:
         if created:
             shutil.rmtree(local_path(shards_root), ignore_errors=True)
@@ -182,18 +205,45 @@ def _failure_issue(outcome: MapOutcome) -> tuple:
             f"this rank could not be read and is left out of the analysis: {outcome.error}", None)
 
 
+def _repaired_issue(problem: ShardProblem) -> tuple:
+    """A damaged shard whose trace was at hand: mapped again (an info note: the files are fine now,
+    but the shard folder's storage lost or changed data)."""
+    return (problem.rank, problem.file, "shard-repaired", "info",
+            f"{problem.message()}; rank {problem.rank} was mapped again from its trace", None)
+
+
+def _corrupt_issue(problem: ShardProblem) -> tuple:
+    return (problem.rank, problem.file, "shard-corrupt", "warning",
+            f"{problem.message()}; rank {problem.rank} is left out of the analysis (ingest it again)", None)
+
+
+def _cache_root(store: ShardStore, db_path: Path) -> str:
+    """Where the reduce reads the shards: in place, or (a bucket) downloaded beside the database."""
+    return default_shards(db_path) if store.remote else store.root
+
+
+# load_issues kinds that mean a rank is missing from the analysis (the next load maps it again)
+RANK_LEFT_OUT = frozenset({"rank-failed", "shard-corrupt"})
+
+
 def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list[tuple], say: Progress,
-                 meta: dict[str, str]) -> LoadResult:
+                 meta: dict[str, str], verified: frozenset[int] = frozenset()) -> LoadResult:
     """The shards of `ranks` -> the database file `db_path` (written under a private name and
-    moved into place: a concurrent load or reader never sees half a database)."""
-    cache = default_shards(db_path) if store.remote else store.root
-    shards, stale = usable_shards(store, ranks, cache)
+    moved into place: a concurrent load or reader never sees half a database). Each shard's
+    files are checked first (`verified`: ranks this process checked already); a damaged one
+    is left out with a `shard-corrupt` warning."""
+    cache = _cache_root(store, db_path)
+    shards, stale, damaged = usable_shards(store, ranks, cache, verified)
     notes = notes + [(rank, None, "shard-unusable", "warning",
                       f"the shard of rank {rank} is missing, incomplete or from another traceanalyze version: "
                       "left out (ingest the rank again)", None) for rank in stale]
+    notes += [_corrupt_issue(p) for p in damaged]
     if not shards:
+        if damaged:
+            raise TraceanalyzeError(f"no usable shard ({len(damaged)} damaged, {len(stale)} missing or stale); "
+                                    f"this file: {damaged[0].problem}", damaged[0].file)
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
-    if stale or any(note[2] == "rank-failed" for note in notes):
+    if stale or any(note[2] in RANK_LEFT_OUT for note in notes):
         meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this
     materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
@@ -215,7 +265,9 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
             record_notes(con, notes)
             cross_rank(con, shards)
             _write_meta(con, {**meta, "shards": os.path.abspath(local_path(cache)),
-                              "storage": "tables" if materialize else "views"})
+                              "storage": "tables" if materialize else "views",
+                              **({} if materialize else {"shard_folders": json.dumps(
+                                  [os.path.abspath(s.folder) for s in shards])})})
             (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
             con.execute("CHECKPOINT")
         finally:
@@ -235,19 +287,24 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
 def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
                 progress: Progress | None = None) -> LoadResult:
     """The reduce alone, over a shard set written by `traceanalyze ingest` (one map per rank,
-    e.g. a batch-scheduler array). A shard of another version whose trace is still
-    reachable is mapped again here; one that is not is left out and reported."""
+    e.g. a batch-scheduler array). A shard of another version, or a damaged one, whose trace
+    is still reachable is mapped again here; one whose trace is not is left out and reported."""
     say = progress or (lambda _msg: None)
     store = ShardStore(shards_root)
     present = [r for r in store.ranks() if ranks is None or r in ranks]
     if not present:
         raise TraceanalyzeError("no rank shards (rank=N/ folders) here", shards_root)
     manifests = {r: store.read_manifest(r) for r in present}
+    intact, _, damaged = usable_shards(store, [r for r, m in manifests.items() if is_current(m)],
+                                       _cache_root(store, db_path))
+    repairable = {p.rank: (p, tf) for p in damaged if (tf := _source_file(manifests[p.rank])) is not None}
     redo = [tf for tf in (_source_file(m) for r, m in manifests.items() if not is_current(m)) if tf]
+    redo += [tf for _, tf in repairable.values()]
     if redo:
-        say(f"mapping {len(redo)} rank(s) again (their shards are from another version)")
+        say(f"mapping {len(redo)} rank(s) again (their shards are damaged or from another version)")
     failed = [o for o in run_maps(redo, shards_root, progress=say) if o.manifest is None]
     notes = [_failure_issue(o) for o in failed]
+    notes += [_repaired_issue(p) for p, _ in repairable.values() if p.rank not in {o.rank for o in failed}]
     worlds = {m.get("world_size") for m in manifests.values() if m and m.get("world_size")}
     if len(worlds) == 1 and ranks is None:
         world = worlds.pop()
@@ -260,7 +317,8 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     good = [r for r in present if r not in {o.rank for o in failed}]
     return reduce_to_db(store, good, db_path, notes, say, meta={
         "target": shards_root, "fingerprint": "",
-        "rank_selection": "all" if ranks is None else format_ranks(ranks)})
+        "rank_selection": "all" if ranks is None else format_ranks(ranks)},
+        verified=frozenset(s.rank for s in intact))
 
 
 def _source_file(manifest: dict | None) -> TraceFile | None:

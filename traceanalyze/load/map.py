@@ -22,7 +22,7 @@ from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 from traceanalyze.load.memory import limit_memory, relaxing_memory, staging_dir
 from traceanalyze.load.read import RankRead, base_time_ns, read_rank
-from traceanalyze.load.shards import SHARD_TABLES, ShardStore, new_manifest
+from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
 # A rank's private database is in memory when its trace is at most this big (JSON bytes,
@@ -40,8 +40,15 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
 
     Bad input raises TraceanalyzeError naming the file; the rank's old shard is then gone
     (its manifest is removed before anything is written), so no later run trusts it.
+    A second map of the same rank into the same folder waits for the first (shards.rank_lock).
     """
     store = ShardStore(shards_root)
+    with rank_lock(store, tf.rank):
+        return map_rank_locked(tf, store, threads)
+
+
+def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None) -> dict:
+    """`map_rank` for a caller that holds the rank's lock (shards.rank_lock)."""
     store.forget(tf.rank)
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
     try:
@@ -53,10 +60,10 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
                 con.execute(f"SET threads = {int(threads)}")
             con.execute(f"SET temp_directory = '{work / 'spill'}'")
             read, notes = _build(con, tf, local)
-            rows = _write_tables(con, store, tf.rank, work / "out")
+            rows, files = _write_tables(con, store, tf.rank, work / "out")
         finally:
             con.close()
-        manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes, rows)
+        manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes, rows, files)
         manifest["notes"] = notes
         store.write_manifest(tf.rank, manifest)
         return manifest
@@ -169,20 +176,22 @@ def _record_event_issues(con) -> None:
     """)
 
 
-def _write_tables(con, store: ShardStore, rank: int, out: Path) -> dict[str, int]:
-    """Every per-rank table as Parquet: straight into a local shard folder, else uploaded."""
+def _write_tables(con, store: ShardStore, rank: int, out: Path) -> tuple[dict[str, int], dict[str, dict]]:
+    """Every per-rank table as Parquet: straight into a local shard folder, else uploaded.
+    Returns the row count of each table and the size and hash of each file (the manifest's)."""
     target = out if store.remote else Path(store.rank_dir(rank))
     target.mkdir(parents=True, exist_ok=True)
-    rows = {}
+    rows, files = {}, {}
     for table in SHARD_TABLES:
         (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
         path = str(target / f"{table}.parquet").replace("'", "''")
         con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+        files[f"{table}.parquet"] = file_entry(target / f"{table}.parquet")
     if store.remote:
         fs = store.fs()
         for table in SHARD_TABLES:
             fs.put_file(str(out / f"{table}.parquet"), store.table_path(rank, table))
-    return rows
+    return rows, files
 
 
 def worker_threads(workers: int) -> int:

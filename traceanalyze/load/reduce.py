@@ -19,6 +19,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
+from traceanalyze.load.verify import ShardProblem, verify_shard
 
 # a shard set up to this size (Parquet bytes, all ranks) is copied into trace.duckdb. Copying
 # costs DuckDB about 0.3 CPU s per MB of Parquet (it decodes and recompresses every row: a
@@ -122,16 +123,34 @@ def check_one_run(con, hosts: dict[int, str | None]) -> None:
                     "or profiling windows", files.get(rank))
 
 
-def usable_shards(store: ShardStore, ranks: list[int], cache_root: str) -> tuple[list[Shard], list[int]]:
-    """(current shards, ranks whose shard is missing, incomplete or of another version)."""
+def usable_shards(store: ShardStore, ranks: list[int], cache_root: str,
+                  verified: frozenset[int] = frozenset()) -> tuple[list[Shard], list[int], list[ShardProblem]]:
+    """(current shards whose files are intact, ranks whose shard is missing, incomplete or of
+    another version, the problems of damaged shards). Ranks in `verified` were checked by
+    this process already (load/verify.py); a damaged shard is never read as Parquet."""
     folders = localize(store, ranks, cache_root)
-    shards, stale = [], []
-    for rank in ranks:
-        folder = folders[rank]
-        manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
-            if os.path.exists(os.path.join(folder, MANIFEST)) else None
-        if is_current(manifest) and all(os.path.exists(os.path.join(folder, f"{t}.parquet")) for t in SHARD_TABLES):
-            shards.append(Shard(rank, folder, manifest))
-        else:
-            stale.append(rank)
-    return shards, stale
+    shards, stale, damaged = [], [], []
+    with duckdb.connect(config={"threads": 1}) as con:  # (reads the files' statistics)
+        for rank in ranks:
+            folder = folders[rank]
+            manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
+                if os.path.exists(os.path.join(folder, MANIFEST)) else None
+            if not is_current(manifest):
+                stale.append(rank)
+                continue
+            problem = None if rank in verified else verify_shard(folder, manifest, rank, con)
+            if problem is None:
+                shards.append(Shard(rank, folder, manifest))
+            else:
+                damaged.append(_in_store(problem, store, cache_root))
+    return shards, stale, damaged
+
+
+def _in_store(problem: ShardProblem, store: ShardStore, cache_root: str) -> ShardProblem:
+    """A problem of a downloaded copy names the object in the bucket; the copy is dropped, so
+    the next run fetches it again (the download may be what went wrong)."""
+    if not store.remote:
+        return problem
+    ShardStore(cache_root).forget(problem.rank)
+    name = os.path.basename(problem.file)
+    return ShardProblem(problem.rank, f"{store.rank_dir(problem.rank)}/{name}", problem.problem)

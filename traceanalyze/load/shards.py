@@ -5,15 +5,22 @@ Layout (a local folder or an fsspec URL such as s3://bucket/job/shards):
     <shards>/rank=<N>/<table>.parquet   one file per per-rank table (SHARD_TABLES)
     <shards>/rank=<N>/manifest.json     written last, atomically: a shard without one is not trusted
 
+    <shards>/rank=<N>/.lock             held (flock) while a map writes the rank: a second waits
+
 The manifest names the source trace (path or URL, size, mtime or object ETag), the tool and
-schema versions, the rank's host and event counts. A shard is reused only when all of these
-match the current trace and this version (`is_current`); anything else is mapped again.
+schema versions, the rank's host and event counts, and every Parquet file's size and xxh3_128
+hash (`files`). A shard is reused only when all of these match the current trace and this
+version (`is_current`) and its files still match their sizes and hashes (load/verify.py);
+anything else is mapped again. docs/shards.md describes the format.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +29,12 @@ from traceanalyze import db as tracedb
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import marker, sweep_manifest_tmp
 
-SHARD_FORMAT = "traceanalyze.shard/1"
+# /2: the manifest lists every Parquet file's size and hash (a /1 manifest is stale: mapped again)
+SHARD_FORMAT = "traceanalyze.shard/2"
 MANIFEST = "manifest.json"
+LOCK = ".lock"
+HASH = "xxh3_128"  # the manifest's content hash of each file (xxhash: GB/s, a corrupt copy's check)
+_READ_CHUNK = 1 << 20
 # every table the map stage writes per rank, in the order they are created
 SHARD_TABLES = (
     "ranks", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
@@ -116,11 +127,58 @@ class ShardStore:
         os.replace(tmp, path)
 
 
-def new_manifest(tf: TraceFile, host_name, events: int, events_bytes: int, rows: dict[str, int]) -> dict:
+def file_digest(path: str | os.PathLike) -> str:
+    """The xxh3_128 hash of a file's bytes (hex), read in 1 MiB chunks."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    buffer = bytearray(_READ_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def file_entry(path: str | os.PathLike) -> dict:
+    """What the manifest records of one Parquet file: its size and content hash."""
+    return {"size_bytes": os.path.getsize(path), HASH: file_digest(path)}
+
+
+@contextlib.contextmanager
+def rank_lock(store: ShardStore, rank: int, waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the rank's lock (an flock on <shards>/rank=N/.lock) while its shard is written:
+    a second writer of the same rank (a retried array task, two loads into one folder) waits
+    for the first. `waiting(holder)` is called once when it has to wait (`holder`: the
+    `<pid>@<host>` of the writer, when known). The kernel releases the lock when the process
+    ends, however it ends. A remote store has no lock (an object store has no flock)."""
+    if store.remote:
+        yield
+        return
+    folder = store.rank_dir(rank)
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting(os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, marker().encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def new_manifest(tf: TraceFile, host_name, events: int, events_bytes: int, rows: dict[str, int],
+                 files: dict[str, dict]) -> dict:
     return {
         "format": SHARD_FORMAT, "tool_version": __version__, "schema_version": tracedb.SCHEMA_VERSION,
         "rank": tf.rank, "source": source_of(tf), "host_name": host_name if isinstance(host_name, str) else None,
         "world_size": tf.world_size, "events": events, "events_bytes": events_bytes, "rows": rows,
+        "files": files,
     }
 
 

@@ -1,0 +1,108 @@
+"""Is a shard what its map wrote? Checked before the reduce reads a single row of it.
+
+A shard folder may sit on a shared filesystem for days: a half-copied file, a file of another
+rank copied over one of this rank's, a disk error. Each check names the file at fault:
+
+  1. the manifest is this folder's rank's;
+  2. every table's Parquet file has the size and the xxh3_128 hash its manifest records
+     (a file that fails is never opened as Parquet);
+  3. every file's `rank` column holds this rank only (its footer's statistics answer this
+     without reading the rows).
+
+A shard that fails is mapped again from its trace when the trace is reachable, else left out
+of the analysis with a `shard-corrupt` warning (load/__init__.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import duckdb
+
+from traceanalyze.load.shards import HASH, MANIFEST, SHARD_TABLES, file_digest
+
+
+@dataclass(frozen=True)
+class ShardProblem:
+    """Why a rank's shard is not what its map wrote."""
+
+    rank: int
+    file: str  # the file at fault (a Parquet file, or the manifest)
+    problem: str
+
+    def message(self) -> str:
+        return f"damaged shard file {self.file}: {self.problem}"
+
+
+def verify_shard(folder: str, manifest: dict, rank: int,
+                 con: duckdb.DuckDBPyConnection | None = None) -> ShardProblem | None:
+    """The first problem of the shard in the local `folder` (rank `rank`), or None when every
+    file is the one its manifest describes. `con`: a DuckDB connection to read the files'
+    statistics with (one for many shards saves opening one each time)."""
+    if manifest.get("rank") != rank:
+        return ShardProblem(rank, os.path.join(folder, MANIFEST),
+                            f"the manifest of rank {manifest.get('rank')!r}, in the folder of rank {rank}")
+    entries = manifest.get("files")
+    if not isinstance(entries, dict):
+        return ShardProblem(rank, os.path.join(folder, MANIFEST), "it lists no file sizes or hashes")
+    for table in SHARD_TABLES:
+        problem = _file_problem(os.path.join(folder, f"{table}.parquet"), entries.get(f"{table}.parquet"))
+        if problem:
+            return ShardProblem(rank, os.path.join(folder, f"{table}.parquet"), problem)
+    if con is None:
+        with duckdb.connect(config={"threads": 1}) as own:
+            return _rank_problem(own, folder, rank)
+    return _rank_problem(con, folder, rank)
+
+
+def _file_problem(path: str, entry) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("size_bytes"), int) \
+            or not isinstance(entry.get(HASH), str):
+        return "no size or hash for it in the manifest"
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return "missing"
+    if size != entry["size_bytes"]:
+        return (f"{size:,} bytes, but its manifest says {entry['size_bytes']:,} "
+                "(cut short, or written over after the map)")
+    try:
+        digest = file_digest(path)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if digest != entry[HASH]:
+        return f"its bytes do not match the manifest's {HASH} hash (changed after the map)"
+    return None
+
+
+def _rank_problem(con, folder: str, rank: int) -> ShardProblem | None:
+    """A file whose `rank` column holds another rank (read from the files' statistics). The
+    folder's name `rank=N` is not read as a column (hive_partitioning = false): it would hide
+    the file's own column."""
+    paths = [os.path.join(folder, f"{table}.parquet") for table in SHARD_TABLES]
+    query = " UNION ALL ".join(
+        f"SELECT {i} AS i, count(*) AS n, min(rank) AS other"
+        " FROM read_parquet(?, hive_partitioning = false) WHERE rank <> ?"
+        for i in range(len(paths)))
+    params = [value for path in paths for value in (path, rank)]
+    try:
+        rows = con.execute(query, params).fetchall()
+    except duckdb.Error:  # (the hashes matched, so this is rare: find the file, name it)
+        return _unreadable(con, paths, rank)
+    for i, n, other in sorted(rows):
+        if n:
+            return ShardProblem(rank, paths[i],
+                                f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
+    return None
+
+
+def _unreadable(con, paths: list[str], rank: int) -> ShardProblem:
+    for path in paths:
+        try:
+            con.execute("SELECT count(*) FROM read_parquet(?, hive_partitioning = false) WHERE rank <> ?",
+                        [path, rank]).fetchall()
+        except duckdb.Error as exc:
+            first = " ".join(str(exc).split())[:200]
+            return ShardProblem(rank, path, f"it cannot be read as a shard table ({first})")
+    return ShardProblem(rank, os.path.dirname(paths[0]), "it cannot be read as a shard")
