@@ -4,17 +4,18 @@
     a = traceanalyze.analyze("runs/job42")     # an Analysis: .verdict, .findings, .sql(), ...
 
 Everything imported here is the public, typed API (see docs/python-api.md).
+This module is the top of the import layers: no module of the package imports it (a stage
+reads the version from `traceanalyze.version`; see ARCHITECTURE.md, "Import layers").
 """
 
 import sys
 import types
 
-__version__ = "0.1.0"
-
-from traceanalyze.api import Analysis, analyze, diff, scaling  # noqa: E402
-from traceanalyze.errors import TraceanalyzeError, TraceConfigError, TraceError, TraceFormatError  # noqa: E402
-from traceanalyze.findings import Cost, Finding  # noqa: E402
-from traceanalyze.summary_model import Summary  # noqa: E402
+from traceanalyze.api import Analysis, analyze, diff, scaling
+from traceanalyze.errors import TraceanalyzeError, TraceConfigError, TraceError, TraceFormatError
+from traceanalyze.findings import Cost, Finding
+from traceanalyze.summary_model import Summary
+from traceanalyze.version import __version__
 
 __all__ = ["Analysis", "Cost", "Finding", "Summary", "TraceConfigError", "TraceError",
            "TraceFormatError", "TraceanalyzeError", "__version__", "analyze", "diff", "scaling"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from traceanalyze import db as tracedb
+import traceanalyze.db as tracedb
 from traceanalyze.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import polars
 
     from traceanalyze.diff import SummaryDiff
-    from traceanalyze.pipeline import AnalysisPaths
+    from traceanalyze.report_folder import AnalysisPaths
     from traceanalyze.scaling import ScalingReport
 
 PathLike = Union[str, Path]
@@ -243,7 +243,7 @@ class Analysis:
                      progress: ProgressChoice = False) -> AnalysisPaths:
         """Write summary.json, report.html (unless html=False) and the merged Perfetto trace
         (perfetto=True) into `out_dir`; returns the paths written."""
-        from traceanalyze.pipeline import write_outputs
+        from traceanalyze.report_folder import write_outputs
 
         say, done = progress_reporter(progress)
         try:

@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from traceanalyze import __version__
+from traceanalyze.version import __version__
 from traceanalyze.commands import COMMAND_MODULES
 from traceanalyze.errors import TraceError
 
@@ -61,7 +61,7 @@ for _name in COMMAND_MODULES:
 
 def main() -> None:
     """Exit 0 / 1 / 2; 130 (Ctrl-C) or 143 (SIGTERM) when interrupted (see faults.py)."""
-    from traceanalyze import faults
+    import traceanalyze.faults as faults
 
     faults.run(lambda: cli.main(standalone_mode=False))
 

@@ -1,31 +1,18 @@
-"""The whole analysis in one call: load -> summary -> summary.json -> renderers (report.html, Perfetto)."""
+"""The whole analysis in one call (`analyze()` + `write_report()`) and where its outputs go:
+reports/<name>/, the cache folder. It composes the API (api.py); nothing below imports it."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from traceanalyze import db as tracedb
-from traceanalyze.errors import TraceError
+from traceanalyze.api import analyze
+from traceanalyze.report_folder import AnalysisPaths
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class AnalysisPaths:
-    """What `run_analysis` wrote (None for an output that was not asked for)."""
-
-    out_dir: Path
-    db: Path
-    summary_json: Path
-    report_html: Path | None
-    perfetto_trace: Path | None
 
 
 class AnalysisResult(NamedTuple):
@@ -33,24 +20,6 @@ class AnalysisResult(NamedTuple):
 
     summary: dict
     paths: AnalysisPaths
-
-
-def _json_safe(value):
-    """NaN and infinities are not JSON; the contract says null for what cannot be computed."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_summary_json(summary: dict, path: Path) -> Path:
-    from traceanalyze.output.atomic import write_text_atomic
-
-    write_text_atomic(path, json.dumps(_json_safe(summary), indent=2, default=str) + "\n")
-    return path
 
 
 def default_out_dir(trace_dir: Path | str) -> Path:
@@ -88,42 +57,6 @@ def cache_db_path(trace_dir: Path) -> Path:
     return cache_dir() / f"{run_name(trace_dir)}-{digest}" / "trace.duckdb"
 
 
-def _make_out_dir(out_dir: Path) -> None:
-    from traceanalyze.load.stale import sweep_outputs
-
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceError(f"cannot create the output folder: {exc.strerror}", str(out_dir)) from None
-    sweep_outputs(out_dir)  # half-written outputs of killed runs
-
-
-def write_outputs(summary: dict, out_dir: Path, db_path: Path, html: bool, perfetto: bool,
-                  say: Progress) -> AnalysisPaths:
-    """summary.json (+ report.html, + the merged Perfetto trace) of an analysis into out_dir."""
-    _make_out_dir(out_dir)
-    report_html = perfetto_trace = None
-    try:
-        summary_json = write_summary_json(summary, out_dir / "summary.json")
-        if html:
-            from traceanalyze.output.html import write_html
-
-            say("writing report.html")
-            report_html = write_html(summary, out_dir / "report.html", str(db_path))
-        if perfetto:
-            from traceanalyze.output.perfetto import write_perfetto_trace
-
-            say("writing the merged Perfetto trace")
-            con = tracedb.connect(db_path, read_only=True)
-            try:
-                perfetto_trace = write_perfetto_trace(con, summary, out_dir / "trace.perfetto-trace")
-            finally:
-                con.close()
-    except OSError as exc:
-        raise TraceError(f"cannot write: {exc.strerror}", exc.filename or str(out_dir)) from None
-    return AnalysisPaths(out_dir, db_path, summary_json, report_html, perfetto_trace)
-
-
 def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] | None = None,
                  params: list[str] | tuple = (), *, html: bool = True, perfetto: bool = False,
                  reuse: bool = True, progress: Progress | None = None,
@@ -136,8 +69,6 @@ def run_analysis(trace_dir: Path, out_dir: Path | None = None, ranks: set[int] |
     `traceanalyze.analyze(...)` followed by `.write_report(out_dir)`; `load_options` are its
     executor / shards / workers / ray_address (trace_dir None with shards: the shard set alone).
     """
-    from traceanalyze.api import analyze
-
     load_options = dict(load_options or {})
     source = trace_dir if trace_dir is not None else load_options.get("shards")
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(source)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import duckdb
 
-from traceanalyze import db as tracedb
+import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 

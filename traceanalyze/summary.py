@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from traceanalyze import __version__
+from traceanalyze.version import __version__
 from traceanalyze.diagnose import Diagnosis
 from traceanalyze.judge import judgement
 from traceanalyze.metrics import (

@@ -9,6 +9,7 @@ back. `Summary.load(path)` reads a file and validates it against
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
+from traceanalyze.output.atomic import write_text_atomic
 
 SCHEMA_ID = "traceanalyze.summary/1"
 SCHEMA_PATH = Path(__file__).parent / "output" / "summary.schema.json"
@@ -232,8 +234,6 @@ class Summary(_Record):
 
     def save(self, path: str | Path) -> Path:
         """Write summary.json (what `traceanalyze DIR` writes)."""
-        from traceanalyze.pipeline import write_summary_json
-
         return write_summary_json(self.to_dict(), Path(path))
 
     def rank(self, number: int) -> Rank:
@@ -273,3 +273,20 @@ def schema_problem(data: Any) -> str | None:
 
 __all__ = ["Summary", "Rank", "RankMetrics", "StepTime", "Steps", "StepRow", "Lateness",
            "TimelineRow", "PhaseSpan", "MemoryRow", "LoadIssue", "Finding", "PHASES", "schema_problem"]
+
+
+def _json_safe(value):
+    """NaN and infinities are not JSON; the contract says null for what cannot be computed."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_summary_json(summary: dict, path: Path) -> Path:
+    """Write a summary dict as summary.json (atomically; NaN and infinities as null)."""
+    write_text_atomic(path, json.dumps(_json_safe(summary), indent=2, default=str) + "\n")
+    return path

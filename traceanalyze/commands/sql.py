@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import duckdb
 
-from traceanalyze import db as tracedb
+import traceanalyze.db as tracedb
 from traceanalyze.commands._options import ranks_option
 from traceanalyze.errors import TraceError
 from traceanalyze.load import load_trace_dir

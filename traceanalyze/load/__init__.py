@@ -2,7 +2,8 @@
 
     discover.py      a folder (or bucket prefix) -> one TraceFile per rank
     map.py           one rank -> read.py's raw_events -> per-rank tables -> <shards>/rank=N/*.parquet
-    executors.py     the maps on a local process pool (default) or Ray (ray_executor.py)
+    executors.py     the maps on a local process pool (default) or Ray (ray_executor.py), by name
+                     (executor_registry.py)
     reduce.py        the shard set -> trace.duckdb: per-rank tables (views or copies), cross-rank tables
 
 An unchanged rank keeps its shard (its manifest names the exact source bytes) when its files
@@ -23,11 +24,12 @@ from pathlib import Path
 
 import duckdb
 
-from traceanalyze import __version__
-from traceanalyze import db as tracedb
+from traceanalyze.version import __version__
+import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
-from traceanalyze.load.executors import MapOutcome, run_maps
+from traceanalyze.load.executor_registry import run_maps
+from traceanalyze.load.map_outcome import MapOutcome
 from traceanalyze.load import reduce
 from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir
 from traceanalyze.load.reduce import (

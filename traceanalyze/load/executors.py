@@ -1,8 +1,8 @@
-"""Where the maps run: a local process pool over all cores (default) or Ray tasks on a cluster.
+"""Where the maps run: the executor interface, and the local executor (a process pool over all cores).
 
-Both take the ranks to map and return one `MapOutcome` per rank: its manifest, or why it
-failed (bad input, a worker that died, an object that could not be read). A failed rank
-never stops the others.
+An executor takes the ranks to map and returns one `MapOutcome` per rank (map_outcome.py): its
+manifest, or why it failed. Other executors (ray_executor.py: Ray tasks on a cluster) plug in
+by name through executor_registry.py; this module knows none of them.
 """
 
 from __future__ import annotations
@@ -14,51 +14,27 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from typing import Protocol
 
-import duckdb
-
-from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.map import map_rank, worker_threads
+from traceanalyze.load.map import worker_threads
+from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
 
-EXECUTORS = ("local", "ray")
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class MapOutcome:
-    rank: int
-    file: str
-    manifest: dict | None  # None when the map failed
-    error: str | None = None
+class Executor(Protocol):
+    """Map every file into the shard folder `shards_root`; one outcome per file, in their order.
+    `workers`: maps at once (None: the executor's choice); `address`: the cluster to join (None:
+    the executor's default). An executor ignores the settings that mean nothing to it."""
+
+    def __call__(self, files: list[TraceFile], shards_root: str, say: Progress, *,
+                 workers: int | None = None, address: str | None = None) -> list[MapOutcome]: ...
 
 
-def _file(tf: TraceFile) -> str:
-    return tf.url or str(tf.path)
-
-
-def map_guarded(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutcome:
-    """map_rank, with bad input turned into a failed outcome (other errors are bugs: raised)."""
-    try:
-        return MapOutcome(tf.rank, _file(tf), map_rank(tf, shards_root, threads))
-    except TraceanalyzeError as exc:
-        return MapOutcome(tf.rank, exc.path or _file(tf), None, exc.problem)
-    except (duckdb.Error, OSError) as exc:
-        return MapOutcome(tf.rank, _file(tf), None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-
-
-def run_maps(files: list[TraceFile], shards_root: str, executor: str = "local", workers: int | None = None,
-             ray_address: str | None = None, progress: Progress | None = None) -> list[MapOutcome]:
-    say = progress or (lambda _msg: None)
-    if not files:
-        return []
-    if executor == "ray":
-        from traceanalyze.load.ray_executor import run_on_ray
-
-        return run_on_ray(files, shards_root, ray_address, say)
-    if executor != "local":
-        raise TraceanalyzeError(f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}")
+def run_local(files: list[TraceFile], shards_root: str, say: Progress, *, workers: int | None = None,
+              address: str | None = None) -> list[MapOutcome]:
+    """The maps in a local process pool, `workers` at once (default: all cores)."""
     workers = max(1, min(len(files), workers or os.cpu_count() or 1))
     if workers == 1:  # one rank (or one core): no pool to start
         return [_announce(map_guarded(tf, shards_root, None), say) for tf in files]
@@ -76,7 +52,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
-        context.set_forkserver_preload(["traceanalyze.load.map"])
+        context.set_forkserver_preload(["traceanalyze.load.map_outcome"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
@@ -120,7 +96,7 @@ def _pooled(files: list[TraceFile], shards_root: str, workers: int, say: Progres
         say(f"a map worker died; mapping {len(pending)} unfinished rank(s) again")
     for tf in pending:  # alone, so a worker that dies names its rank
         if _pool_round([tf], shards_root, 1, done, say):
-            done[tf.rank] = _announce(MapOutcome(tf.rank, _file(tf), None,
+            done[tf.rank] = _announce(MapOutcome(tf.rank, trace_name(tf), None,
                                                  "the map worker died (killed, or out of memory)"), say)
     return [done[tf.rank] for tf in files]
 

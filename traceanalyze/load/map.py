@@ -16,12 +16,13 @@ from pathlib import Path
 
 import duckdb
 
-from traceanalyze import db as tracedb
+import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 from traceanalyze.load.memory import limit_memory, relaxing_memory, staging_dir
-from traceanalyze.load.read import RankRead, base_time_ns, read_rank
+from traceanalyze.load.rank_read import RankRead
+from traceanalyze.load.read import base_time_ns, read_rank
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 

@@ -34,8 +34,8 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, Track
 
 from traceanalyze.load.extension import native as _native
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.read import RankRead
 from traceanalyze.load.pftrace_packets import PacketReader, annotation_text, metadata_of, text_of
+from traceanalyze.load.rank_read import RankRead
 
 # args keys kept as typed columns: (key, column, SQL type), and their other spellings (the first
 # non-NULL value wins): the native JSON reader's own lists, so both readers type the same keys

@@ -12,12 +12,14 @@ from collections.abc import Callable
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.executors import MapOutcome, map_guarded
+from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
 
 Progress = Callable[[str], None]
 
 
-def run_on_ray(files: list[TraceFile], shards_root: str, address: str | None, say: Progress) -> list[MapOutcome]:
+def run_on_ray(files: list[TraceFile], shards_root: str, say: Progress, *, workers: int | None = None,
+               address: str | None = None) -> list[MapOutcome]:
+    """An `Executor` (executors.py): each rank's map a Ray task; `workers` is Ray's to choose."""
     try:
         import ray
     except ImportError:
@@ -44,7 +46,7 @@ def run_on_ray(files: list[TraceFile], shards_root: str, address: str | None, sa
                     outcomes[tf.rank] = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # the worker died, the node was lost, ...
                     message = " ".join(str(exc).split())[:300]
-                    outcomes[tf.rank] = MapOutcome(tf.rank, tf.url or str(tf.path), None,
+                    outcomes[tf.rank] = MapOutcome(tf.rank, trace_name(tf), None,
                                                    f"the Ray task failed ({message})")
         return [outcomes[tf.rank] for tf in files]
     finally:

@@ -10,7 +10,6 @@ as load issues. It is the only module that knows the native reader.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import duckdb
 
@@ -18,22 +17,11 @@ from traceanalyze.load.extension import native as _native
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.pftrace_packets import is_protobuf
+from traceanalyze.load.rank_read import RankRead
 
 # Times beyond +-2**62 ns (the year 2116) are malformed: NULL (counted as bad-ts / bad-dur),
 # which also keeps every ts + dur sum of the tables within BIGINT.
 TIME_LIMIT_NS = 1 << 62
-
-
-@dataclass
-class RankRead:
-    """What one rank's file held besides the rows it put in `raw_events`."""
-
-    metadata: dict  # the keys around the events (distributedInfo, baseTimeNanoseconds, ...)
-    events: int  # rows in raw_events (elements of the events array; a B/E pair counts once)
-    events_bytes: int  # uncompressed bytes of the traceEvents array
-    truncated_at_byte: int | None = None  # uncompressed offset of the cut, when truncated
-    lost_bytes: int = 0
-    notes: list[tuple[str, str, int | None]] = field(default_factory=list)  # (kind, message, count)
 
 
 # decompressed bytes the reader takes at a time (the events of a block are decoded in parallel)

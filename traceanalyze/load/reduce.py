@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceanalyze import db as tracedb
+import traceanalyze.db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceanalyze import __version__
-from traceanalyze import db as tracedb
+from traceanalyze.version import __version__
+import traceanalyze.db as tracedb
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import marker, sweep_manifest_tmp
 

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from traceanalyze import __version__
+from traceanalyze.version import __version__
 from traceanalyze.gate import GateResult, finding_reason, load_issue_reason
 from traceanalyze.output import escape
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
-from traceanalyze import __version__
+from traceanalyze.version import __version__
 from traceanalyze.output.charts import Chart, Circle, LegendItem, Line, Polyline, Rect, Text
 from traceanalyze.output.templating import render
 from traceanalyze.output.units import SCALING_PHASE_LABELS as PHASE_NAMES
