@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import select
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -21,6 +25,9 @@ import duckdb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import map_rank, worker_threads
+from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
+from traceanalyze.load.shards import MANIFEST, ShardStore
+from traceanalyze.load.stale import pid_alive, sweep_staging
 
 EXECUTORS = ("local", "ray")
 Progress = Callable[[str], None]
@@ -71,13 +78,67 @@ def _announce(outcome: MapOutcome, say: Progress) -> MapOutcome:
     return outcome
 
 
+def _worker_start(owner_pid: int) -> None:
+    """A pool worker's first act: it stops when the command that started it is gone.
+
+    The worker's parent is multiprocessing's forkserver, which lives as long as any worker
+    does (each holds its pipe), so a parent-death signal would never come. Instead a thread
+    waits for the command's process to end (a pidfd, else polling once a second) and then
+    sends the worker SIGTERM. SIGTERM (and SIGINT) in a worker raise KeyboardInterrupt while
+    a map runs, so map_rank's `finally` removes the rank's work folder (as soon as the
+    statement in DuckDB or the native reader returns to Python), and end an idle worker at
+    once."""
+    signal.signal(signal.SIGTERM, _worker_terminated)
+    signal.signal(signal.SIGINT, _worker_terminated)
+    threading.Thread(target=_watch_owner, args=(owner_pid,), name="traceanalyze-owner", daemon=True).start()
+
+
+def _watch_owner(owner_pid: int) -> None:
+    try:
+        fd = os.pidfd_open(owner_pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has ended
+        os.close(fd)
+    else:
+        while pid_alive(owner_pid):
+            time.sleep(1.0)
+    global _owner_gone
+    _owner_gone = True
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+_mapping = False  # (in a worker) a map is running
+_owner_gone = False  # (in a worker) the command that started it has ended
+
+
+def _worker_terminated(signum, _frame) -> None:
+    if _mapping:
+        raise KeyboardInterrupt
+    os._exit(128 + signum)
+
+
+def _map_in_worker(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutcome:
+    global _mapping
+    _mapping = True
+    try:
+        return map_guarded(tf, shards_root, threads)
+    finally:
+        _mapping = False
+        if _owner_gone:  # nobody waits for the outcome: the work folder is gone, so is the worker
+            drop_unfinished(ShardStore(shards_root), tf.rank)
+            os._exit(128 + signal.SIGTERM)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     # forkserver (spawn where it is missing), never fork: a forked DuckDB or thread pool is unsafe
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
         context.set_forkserver_preload(["traceanalyze.load.map"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
+                               initargs=(os.getpid(),))
 
 
 @contextlib.contextmanager
@@ -123,8 +184,8 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     workers = max(1, min(workers, len(files)))
     threads = worker_threads(workers)
     with _main_not_rerun(), _pool(workers) as pool:
-        futures = {pool.submit(map_guarded, tf, shards_root, threads): tf for tf in files}
         try:
+            futures = {pool.submit(_map_in_worker, tf, shards_root, threads): tf for tf in files}
             for n, future in enumerate(as_completed(futures), 1):
                 outcome = future.result()
                 done[outcome.rank] = _announce(outcome, say)
@@ -132,4 +193,41 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
                     say(f"mapped {n} of {len(files)} rank(s)")
         except BrokenProcessPool:
             return True
+        except BaseException:  # interrupted (SIGINT, SIGTERM) or a bug: no map outlives the command
+            _abandon(pool, files, shards_root, done)
+            raise
     return False
+
+
+def _abandon(pool: ProcessPoolExecutor, files: list[TraceFile], shards_root: str,
+             done: dict[int, MapOutcome]) -> None:
+    """Stop the pool's workers now (SIGKILL: a map may be deep inside DuckDB or the native
+    reader, where no signal handler runs), then remove what their maps had made: their work
+    folders (load/stale.py sweeps those of dead processes) and the tables of a rank whose
+    manifest was not written yet (a shard without a manifest is never used; a finished
+    rank's shard stays, as does the shard of a rank that had not started)."""
+    procs = dict(getattr(pool, "_processes", None) or {})  # pid -> multiprocessing.Process
+    for process in procs.values():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.kill()
+    for process in procs.values():
+        with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+            process.join(30)  # (a killed process is gone within milliseconds; a bound, not a wait)
+    pool.shutdown(wait=False, cancel_futures=True)
+    sweep_staging({staging_dir(files), None, str(RAM_STAGING_DIR)})
+    store = ShardStore(shards_root)
+    for tf in files:
+        if tf.rank not in done:
+            drop_unfinished(store, tf.rank)
+
+
+def drop_unfinished(store: ShardStore, rank: int) -> None:
+    """The tables of a rank whose map stopped before its manifest was written, and its folder
+    when that is then empty (a local shard folder)."""
+    if store.remote:
+        return
+    folder = store.rank_dir(rank)
+    if not os.path.exists(os.path.join(folder, MANIFEST)):
+        store.forget(rank)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # (only when empty: nothing of anyone else's goes)
