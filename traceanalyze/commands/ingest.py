@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -38,10 +39,17 @@ def command(trace: str, shards: str, force: bool) -> None:
     if not force and is_current(store.read_manifest(tf.rank), tf):
         click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
         return
+    created = not store.remote and not Path(local_path(shards)).exists()
     if not store.remote:
         try:
             Path(local_path(shards)).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TraceanalyzeError(f"cannot create the shard folder: {exc.strerror}", shards) from None
-    manifest = map_rank(tf, shards)
+    try:
+        manifest = map_rank(tf, shards)
+    except BaseException:  # (interrupted, bad input): a shard folder made for nothing goes again
+        if created:
+            with contextlib.suppress(OSError):
+                Path(local_path(shards)).rmdir()
+        raise
     click.echo(f"rank {tf.rank}: wrote {store.rank_dir(tf.rank)} ({manifest['events']:,} events)")

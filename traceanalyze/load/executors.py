@@ -26,7 +26,7 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import map_rank, worker_threads
 from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
-from traceanalyze.load.shards import MANIFEST, ShardStore
+from traceanalyze.load.shards import ShardStore
 from traceanalyze.load.stale import pid_alive, sweep_staging
 
 EXECUTORS = ("local", "ray")
@@ -127,7 +127,7 @@ def _map_in_worker(tf: TraceFile, shards_root: str, threads: int | None) -> MapO
     finally:
         _mapping = False
         if _owner_gone:  # nobody waits for the outcome: the work folder is gone, so is the worker
-            drop_unfinished(ShardStore(shards_root), tf.rank)
+            ShardStore(shards_root).drop_unfinished(tf.rank)
             os._exit(128 + signal.SIGTERM)
 
 
@@ -218,16 +218,5 @@ def _abandon(pool: ProcessPoolExecutor, files: list[TraceFile], shards_root: str
     store = ShardStore(shards_root)
     for tf in files:
         if tf.rank not in done:
-            drop_unfinished(store, tf.rank)
+            store.drop_unfinished(tf.rank)
 
-
-def drop_unfinished(store: ShardStore, rank: int) -> None:
-    """The tables of a rank whose map stopped before its manifest was written, and its folder
-    when that is then empty (a local shard folder)."""
-    if store.remote:
-        return
-    folder = store.rank_dir(rank)
-    if not os.path.exists(os.path.join(folder, MANIFEST)):
-        store.forget(rank)
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)  # (only when empty: nothing of anyone else's goes)

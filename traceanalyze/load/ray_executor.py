@@ -68,7 +68,6 @@ def _cancel(ray, refs: list, files: list[TraceFile], shards_root: str, done: set
     """Kill the unfinished tasks' workers, wait until Ray says they ended, then sweep."""
     import contextlib
 
-    from traceanalyze.load.executors import drop_unfinished
     from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
     from traceanalyze.load.shards import ShardStore
     from traceanalyze.load.stale import sweep_staging
@@ -82,4 +81,4 @@ def _cancel(ray, refs: list, files: list[TraceFile], shards_root: str, done: set
     store = ShardStore(shards_root)
     for tf in files:
         if tf.rank not in done:
-            drop_unfinished(store, tf.rank)
+            store.drop_unfinished(tf.rank)
