@@ -85,6 +85,21 @@ def carrying_owner_token(token: str = OWNER_TOKEN) -> list[int]:
     return found
 
 
+def open_paths(pid: int) -> set[str]:
+    """The paths of the files a process has open (empty when it is gone)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return found
+
+
 def stop(pids, grace_s: float = 30.0) -> list[int]:
     """SIGTERM each process, SIGKILL those still running after `grace_s` (a bound for a stuck
     process, not a timing assumption); returns the pids that were running."""
