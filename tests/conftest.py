@@ -3,15 +3,53 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+from processes import OWNER_TOKEN, OWNER_VARIABLE, carrying_owner_token, children, cmdline, descendants, stop
+
+# Every process the tests start carries this pytest process's own token (an xdist worker sets
+# its own): the session's last teardown finds what is still running (no_process_left_behind).
+os.environ[OWNER_VARIABLE] = OWNER_TOKEN
 
 # A rule that breaks must fail the tests, not turn into a 'rule-failed' load issue
 # (subprocesses of the CLI inherit it). tests/test_rule_isolation.py unsets it.
 os.environ["TRACEANALYZE_STRICT_RULES"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# multiprocessing's helpers of an in-process pool (traceanalyze.load in this process): they
+# live as long as this process does, by design, and end with it
+POOL_MACHINERY = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
+def _left_behind() -> list[int]:
+    """Processes with this session's token or under this process, but for the pool machinery
+    (its children, pool workers, are counted: a map that outlived its pool)."""
+    me = os.getpid()
+    found = set(carrying_owner_token()) | set(descendants(me))
+    machinery = {pid for pid in children(me) if any(m in " ".join(cmdline(pid)) for m in POOL_MACHINERY)}
+    return sorted(found - machinery)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_process_left_behind():
+    """Fails the session when a process a test started is still running at its end (a server,
+    a cluster, a browser, a kernel, a command): each test must stop what it starts, also when it
+    fails. What is found is then stopped, so that the machine is left clean either way."""
+    yield
+    left = _left_behind()
+    settle = time.monotonic() + 5  # (one that is exiting right now is given a moment: a bound)
+    while left and time.monotonic() < settle:
+        time.sleep(0.1)
+        left = [pid for pid in _left_behind() if pid in left]
+    if left:
+        described = [f"{pid}: {' '.join(cmdline(pid))[:200]}" for pid in left]
+        stop(left)
+        pytest.fail("processes started by the tests were still running at the end of the session:\n  "
+                    + "\n  ".join(described), pytrace=False)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,7 +2,7 @@
 
 The run is the real command line over a copy of fixtures/ddp/input_straggler in which one
 rank's trace is made large (its events repeated) so that reading it takes a while. The test
-watches the command's child processes through /proc (psutil) and kills every one that has
+watches the command's child processes through /proc and kills every one that has
 that rank's file open: the rank kills its worker each time it is mapped, as a trace too big
 for the machine would. Nothing here waits for a fixed time.
 """
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 from conftest import FIXTURES
+from processes import descendants, open_paths, stop_popen
 
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 
@@ -45,16 +45,9 @@ def _world(folder: Path) -> dict[int, Path]:
     return files
 
 
-def _holders(root: psutil.Process, path: Path) -> list[psutil.Process]:
+def _holders(root: int, path: Path) -> list[int]:
     """The descendants of `root` (pool workers) that have `path` open."""
-    found = []
-    for proc in root.children(recursive=True):
-        try:
-            if any(f.path == str(path) for f in proc.open_files()):
-                found.append(proc)
-        except psutil.Error:  # exited meanwhile
-            pass
-    return found
+    return [pid for pid in descendants(root) if str(path) in open_paths(pid)]
 
 
 def _run_killing(args: list, victim: Path, env: dict, most: int | None = None
@@ -62,19 +55,21 @@ def _run_killing(args: list, victim: Path, env: dict, most: int | None = None
     """Run the command; SIGKILL every child process that opens `victim` (the first `most` of
     them, if given). Returns the finished process and the pids killed."""
     proc = subprocess.Popen([sys.executable, "-m", "traceanalyze", *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    root = psutil.Process(proc.pid)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     killed: list[int] = []
-    deadline = time.monotonic() + 600  # a hang guard only, far beyond a normal run
-    while proc.poll() is None and time.monotonic() < deadline:
-        for holder in _holders(root, victim) if most is None or len(killed) < most else []:
-            if holder.pid != proc.pid:  # (the command itself reads the head to find the rank)
-                holder.send_signal(signal.SIGKILL)
-                killed.append(holder.pid)
-        time.sleep(0.01)  # (a polling interval, not a timing assumption)
-    if proc.poll() is None:
-        proc.kill()
-    stdout, stderr = proc.communicate()
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only, far beyond a normal run
+        while proc.poll() is None and time.monotonic() < deadline:
+            for holder in _holders(proc.pid, victim) if most is None or len(killed) < most else []:
+                try:
+                    os.kill(holder, signal.SIGKILL)
+                    killed.append(holder)
+                except ProcessLookupError:  # exited meanwhile
+                    pass
+            time.sleep(0.01)  # (a polling interval, not a timing assumption)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        stop_popen(proc)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), killed
 
 

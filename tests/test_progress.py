@@ -11,6 +11,8 @@ import sys
 import termios
 from pathlib import Path
 
+from processes import stop_popen
+
 ROOT = Path(__file__).resolve().parent.parent
 STRAGGLER = ROOT / "fixtures" / "ddp" / "input_straggler"
 
@@ -24,17 +26,20 @@ def run_with_terminal_stderr(*args) -> tuple[int, str, bytes]:
                             stderr=follower, stdin=subprocess.DEVNULL)
     os.close(follower)
     seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed: the process is gone
-            break
-        if not chunk:
-            break
-        seen += chunk
-    out = proc.stdout.read().decode()
-    rc = proc.wait()
-    os.close(leader)
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out = proc.stdout.read().decode()
+        rc = proc.wait()
+    finally:
+        stop_popen(proc)  # (whatever went wrong above: the command and what it started)
+        os.close(leader)
     return rc, out, seen
 
 

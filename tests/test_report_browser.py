@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from processes import carrying_owner_token, cmdline, descendants, stop
 from report_helpers import FIXTURES, SCRIPT, hostile_summary, injected, real_summary
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
@@ -41,10 +42,22 @@ def driver():
                 f"--user-data-dir={profile}", "--window-size=1280,1000", "--hide-scrollbars"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield drv
-    drv.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    service = Service(CHROMEDRIVER)
+    try:
+        drv = webdriver.Chrome(service=service, options=options)
+        try:
+            yield drv
+        finally:
+            drv.quit()
+    finally:
+        # chromedriver and the browser under it, whatever happened above (quit() may fail
+        # with the browser gone); only this fixture's own processes, found through /proc
+        process = getattr(service, "process", None)
+        if process is not None:
+            stop([process.pid, *descendants(process.pid)])
+            process.wait()
+        stop([pid for pid in carrying_owner_token() if any(profile in arg for arg in cmdline(pid))])  # (orphans)
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import FIXTURES, run_cli
+from processes import carrying_owner_token, cmdline, descendants, in_session, stop, stop_popen
 
 from traceanalyze.load import load_trace_dir, reduce
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES
@@ -179,13 +180,15 @@ def s3_env(monkeypatch):
 
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    yield env
-    server.stop()
+    server.start()  # (a thread of this process: it ends with server.stop())
+    try:
+        env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        yield env
+    finally:
+        server.stop()
 
 
 def test_traces_and_shards_in_s3(tmp_path, reference, s3_env):
@@ -214,41 +217,20 @@ def test_traces_and_shards_in_s3(tmp_path, reference, s3_env):
     assert [(i["rank"], i["file"]) for i in failed] == [(3, f"s3://job/traces/{files[3].name}")]
 
 
-def _stop_cluster(temp_dir: str, port: int) -> None:
-    """Stop the Ray cluster started with --temp-dir `temp_dir` and --port `port`, and only it:
-    `ray stop` stops every Ray process of the machine, a developer's own cluster included. Its
-    daemons name the folder or the head's address on their command line; its workers are their
-    children."""
-    import psutil
-
+def _stop_cluster(start: subprocess.Popen, temp_dir: str, port: int) -> None:
+    """Stop the Ray cluster started by `start` (`ray start --head` in a session of its own),
+    and only it: `ray stop` stops every Ray process of the machine, a developer's own cluster
+    included. Its daemons stay in the session `ray start` opened (or name the folder or the
+    head's address on their command line); its workers are their descendants. Only /proc and
+    signals: nothing here can fail for a missing module."""
     def ours(args: list[str]) -> bool:
         return any(temp_dir in arg or (arg.startswith("--address=") and arg.endswith(f":{port}"))
                    for arg in args)
 
-    daemons = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if ours(proc.info["cmdline"] or []):
-                daemons.append(proc)
-        except psutil.Error:
-            pass
-    procs = {p.pid: p for p in daemons}
-    for proc in daemons:
-        try:
-            procs.update({c.pid: c for c in proc.children(recursive=True)})
-        except psutil.Error:
-            pass
-    for proc in procs.values():
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=30)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    daemons = set(in_session(start.pid))
+    daemons |= {pid for pid in carrying_owner_token() if ours(cmdline(pid))}
+    stop([*daemons, *(d for pid in daemons for d in descendants(pid))])
+    stop_popen(start)
 
 
 def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
@@ -258,12 +240,14 @@ def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
     # (a short private folder: Ray's socket paths must fit in 107 bytes)
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", HOME=str(home))
+    start = subprocess.Popen(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
+                              "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                              "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
     try:
-        start = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                                "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-                                "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-                               capture_output=True, text=True, env=env, timeout=300)
-        assert start.returncode == 0, start.stderr
+        _, start_err = start.communicate(timeout=300)
+        assert start.returncode == 0, start_err
         out = tmp_path / "out"
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "traceanalyze", str(FIXTURES / SCENARIO), "--out", str(out),
@@ -274,5 +258,5 @@ def test_ray_executor_on_a_real_local_cluster(tmp_path, reference):
         assert _loud(_summary(out)) == _loud(reference)
         assert len(list((out / "trace.shards").glob(f"rank=*/{MANIFEST}"))) == 4
     finally:
-        _stop_cluster(temp_dir, port)
+        _stop_cluster(start, temp_dir, port)
         shutil.rmtree(temp_dir, ignore_errors=True)

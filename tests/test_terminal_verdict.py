@@ -7,6 +7,7 @@ import pty
 import subprocess
 import sys
 
+from processes import stop_popen
 from report_helpers import FIXTURES
 from summary_builder import finding, load_issue, make_summary
 
@@ -76,15 +77,18 @@ def test_colour_on_a_real_terminal(tmp_path):
                              "--out", str(tmp_path / "o")], stdout=child, stderr=subprocess.PIPE, env=env)
     os.close(child)
     chunks = []
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    assert proc.wait() == 0, proc.stderr.read()
-    os.close(main)
+    try:
+        while True:
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait() == 0, proc.stderr.read()
+    finally:
+        stop_popen(proc)  # (whatever went wrong above: the command and what it started)
+        os.close(main)
     out = b"".join(chunks).decode()
     assert "\x1b[1m" in out  # at least the bold scenario name

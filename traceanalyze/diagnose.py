@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceanalyze.findings import Finding
+from traceanalyze.findings import Finding, finding_order
 from traceanalyze.judge import Window, window_facts
 from traceanalyze.metrics import require_analysis_tables
 from traceanalyze.rootcause import one_per_root_cause
@@ -57,9 +57,18 @@ def diagnose(con, config=None) -> Diagnosis:
         if (select and rule.id not in select) or rule.id in ignore:
             continue
         try:
-            findings += run_rule(con, rule, params.get(rule.id), severities.get(rule.id), window, abstained)
+            findings += _in_order(run_rule(con, rule, params.get(rule.id), severities.get(rule.id), window,
+                                           abstained))
         except (duckdb.Error, ArithmeticError, LookupError, TypeError, ValueError) as exc:
             if os.environ.get(STRICT_RULES_ENV):
                 raise
             failures.append((rule.id, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
     return Diagnosis(tuple(one_per_root_cause(findings, rules)), window, tuple(abstained), tuple(failures))
+
+
+def _in_order(findings: list[Finding]) -> list[Finding]:
+    """A rule's findings worst first, ties by steps and title: the root-cause folding takes the
+    first finding that explains another, so it must not see them in the order the rule's rows
+    happened to come in (a detect query need not order its rows)."""
+    return sorted(findings, key=lambda f: (finding_order(f.severity, f.cost.ms_per_step, f.rule, f.ranks),
+                                           f.steps, f.title))

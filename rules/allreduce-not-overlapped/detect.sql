@@ -49,9 +49,9 @@ hideable AS (
 ),
 per_step AS (     -- the least exposed rank: its exposure is not waiting for anyone
     SELECT step, min(avoidable_ns) AS avoidable_ns,
-           arg_min(exposed_ns, [avoidable_ns, exposed_ns]) AS exposed_ns,
-           arg_min(allreduce_ns, [avoidable_ns, exposed_ns]) AS allreduce_ns,
-           arg_min(backward_ns, [avoidable_ns, exposed_ns]) AS backward_ns,
+           arg_min(exposed_ns, [avoidable_ns, exposed_ns, allreduce_ns, backward_ns]) AS exposed_ns,
+           arg_min(allreduce_ns, [avoidable_ns, exposed_ns, allreduce_ns, backward_ns]) AS allreduce_ns,
+           arg_min(backward_ns, [avoidable_ns, exposed_ns, allreduce_ns, backward_ns]) AS backward_ns,
            median(dur_ns) AS dur_ns
     FROM hideable GROUP BY step
     HAVING count(*) = (SELECT count(*) FROM ranks)

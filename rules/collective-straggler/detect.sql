@@ -34,7 +34,7 @@ per_rank AS (
            stable_mode(list(f.step_cause)) AS cause, stable_mode(list(f.op)) AS op,
            median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
            median(f.host_excess_ns) AS host_excess_ns,
-           avg(w.others_wait_ns) AS others_wait_ns, min(w.others) AS others
+           avg(w.others_wait_ns) AS others_wait_ns, stable_mode(list(w.others)) AS others
     FROM flagged AS f LEFT JOIN waits AS w USING (rank, step)
     GROUP BY f.rank
 )

@@ -20,7 +20,7 @@ sized AS (        -- what a collective moves: an all-gather produces its input (
     WHERE c.step IN (SELECT step FROM aligned_steps)
 ),
 biggest AS (      -- what is being moved: the largest collective, the mean size, collectives per step
-    SELECT arg_max(op, coalesce(bytes, -1)) AS op, max(bytes) AS bytes, avg(bytes) AS mean_bytes,
+    SELECT first(op ORDER BY coalesce(bytes, -1) DESC, op) AS op, max(bytes) AS bytes, avg(bytes) AS mean_bytes,
            count(*) / count(DISTINCT rank || '-' || step) AS per_step
     FROM sized
 ),
@@ -30,8 +30,8 @@ sharded AS (      -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP mar
                       AND (name LIKE 'FSDP::%' OR name LIKE 'FullyShardedDataParallel%')) AS yes
 ),
 job AS (
-    SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, min(comm_pct) AS min_comm_pct,
-           max(comm_pct) AS max_comm_pct, arg_min(rank, comm_pct) AS least_rank,
+    SELECT list(rank ORDER BY rank) AS ranks, list_sort(list_distinct(flatten(list(steps)))) AS steps, min(comm_pct) AS min_comm_pct,
+           max(comm_pct) AS max_comm_pct, first(rank ORDER BY comm_pct, rank) AS least_rank,
            median(comm_ns) AS comm_ns, median(step_ns) AS step_ns, count(*) AS n_ranks
     FROM per_rank
 )

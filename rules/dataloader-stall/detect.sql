@@ -13,8 +13,8 @@ loader AS (   -- what the trace shows of the DataLoader: worker processes or the
           SELECT name FROM annotations WHERE NOT on_gpu AND name LIKE 'enumerate(DataLoader)#%')
 ),
 job AS (
-    SELECT list(rank ORDER BY rank) AS ranks, any_value(steps) AS steps, median(data_pct) AS median_pct,
-           max(data_pct) AS worst_pct, arg_max(rank, data_pct) AS worst_rank,
+    SELECT list(rank ORDER BY rank) AS ranks, list_sort(list_distinct(flatten(list(steps)))) AS steps, median(data_pct) AS median_pct,
+           max(data_pct) AS worst_pct, first(rank ORDER BY data_pct DESC, rank) AS worst_rank,
            median(data_ns / n_steps) AS data_ns_per_step, median(dur_ns / n_steps) AS step_ns
     FROM per_rank
 )

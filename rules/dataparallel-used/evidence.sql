@@ -12,5 +12,5 @@ FROM (
                    'autograd::engine::evaluate_function: ScatterBackward')
 ) AS e
 WHERE rank = $rank AND list_contains($steps, step)
-ORDER BY step, ts_ns
+ORDER BY step, ts_ns, tid, name, dur_ns
 LIMIT 50;

@@ -12,7 +12,7 @@ gpu_steps AS (   -- steps of ranks that have GPU work at all
 per_rank AS (
     SELECT s.rank, count(*) AS n_steps, sum(s.dur_ns) AS step_sum_ns, list(s.step ORDER BY s.step) AS steps,
            (SELECT sum(ns) FROM per_cause AS c WHERE c.rank = s.rank) AS idle_ns,
-           (SELECT arg_max(cause, ns) FROM per_cause AS c WHERE c.rank = s.rank) AS cause,
+           (SELECT first(cause ORDER BY ns DESC, cause) FROM per_cause AS c WHERE c.rank = s.rank) AS cause,
            (SELECT sum(n) FROM per_cause AS c WHERE c.rank = s.rank) AS gaps_count,
            (SELECT max(ns) FROM per_cause AS c WHERE c.rank = s.rank) AS cause_ns
     FROM gpu_steps AS s GROUP BY s.rank

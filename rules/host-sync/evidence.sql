@@ -6,5 +6,5 @@ FROM runtime AS r JOIN steps AS s USING (rank, step)
 WHERE r.rank = $rank AND list_contains($steps, r.step)
   AND (regexp_matches(r.name, '(?i)(DeviceSynchronize|StreamSynchronize|EventSynchronize)$')
        OR r.name IN ('cudaMemcpy', 'hipMemcpy', 'cudaMemset', 'hipMemset'))
-ORDER BY r.dur_ns DESC, r.ts_ns  -- ties by time: the same rows on every run
+ORDER BY r.dur_ns DESC, r.ts_ns, r.tid, r.name  -- ties by time, thread, name: the same rows on every run
 LIMIT 20;

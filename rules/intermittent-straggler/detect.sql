@@ -49,7 +49,7 @@ flagged AS (  -- the rank that held the step back most, when by enough
     WHERE p.place = 1 AND p.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
 ),
 dominant AS (  -- each rank's most frequent cause over its flagged steps (a named cause before unknown)
-    SELECT rank, arg_max(step_cause, n * 2 + (step_cause <> 'unknown')::INT) AS cause
+    SELECT rank, first(step_cause ORDER BY n * 2 + (step_cause <> 'unknown')::INT DESC, step_cause) AS cause
     FROM (SELECT rank, step_cause, count(*) AS n FROM flagged GROUP BY rank, step_cause)
     GROUP BY rank
 ),

@@ -8,7 +8,7 @@ WITH unseen_frees AS (
     WHERE in_collective AND alloc_bytes > 0 AND NOT freed_in_trace
 ),
 raw_end_of_step AS (   -- allocated bytes after the last allocator event of each step
-    SELECT m.rank, m.step, m.device_kind, arg_max(m.total_allocated_bytes, m.ts_ns) AS raw_bytes,
+    SELECT m.rank, m.step, m.device_kind, first(m.total_allocated_bytes ORDER BY m.ts_ns DESC, m.total_allocated_bytes DESC) AS raw_bytes,
            max(m.ts_ns) AS at_ns
     FROM memory AS m JOIN aligned_steps USING (step)
     WHERE m.total_allocated_bytes IS NOT NULL
@@ -41,7 +41,7 @@ creeping AS (
 )
 SELECT
     list(rank ORDER BY rank) AS ranks,
-    any_value(steps) AS steps,
+    list_sort(list_distinct(flatten(list(steps)))) AS steps,
     NULL::DOUBLE AS ms_per_step,
     NULL::DOUBLE AS pct_of_step,
     device_kind,
@@ -52,7 +52,7 @@ SELECT
     round(max(last_bytes - first_bytes) / 1048576.0, 1) AS growth_mib,
     max(last_bytes) AS last_allocated_bytes,
     min(increasing_pct) AS increasing_steps_pct,
-    any_value(n_steps) AS steps_count,
+    max(n_steps) AS steps_count,
     max(unseen_free_bytes) AS collective_buffers_not_counted_bytes
 FROM creeping
 GROUP BY device_kind

@@ -1,7 +1,7 @@
 -- Allocated memory at the end of each step on the reported ranks. collective_unfreed_bytes: blocks that
 -- collective calls allocated up to then and the trace never frees (left out of the growth).
 WITH end_of_step AS (
-    SELECT rank, step, device_kind, arg_max(total_allocated_bytes, ts_ns) AS allocated_bytes,
+    SELECT rank, step, device_kind, first(total_allocated_bytes ORDER BY ts_ns DESC, total_allocated_bytes DESC) AS allocated_bytes,
            max(total_allocated_bytes) AS peak_allocated_bytes, max(ts_ns) AS at_ns
     FROM memory
     WHERE list_contains($ranks, rank) AND list_contains($steps, step) AND device_kind = $device_kind

@@ -15,7 +15,7 @@ moved AS (        -- bytes the loaded ranks' collectives carry, and the time spe
     WHERE c.step IN (SELECT step FROM aligned_steps)
 ),
 job AS (
-    SELECT any_value(steps) AS steps, min(comm_pct) AS min_comm_pct, max(comm_pct) AS max_comm_pct,
+    SELECT list_sort(list_distinct(flatten(list(steps)))) AS steps, min(comm_pct) AS min_comm_pct, max(comm_pct) AS max_comm_pct,
            median(comm_ns / n_steps) AS comm_ns, median(dur_ns / n_steps) AS step_ns, max(n_steps) AS n_steps
     FROM per_rank
 )

@@ -4,7 +4,7 @@ WITH job_steps AS (
 ),
 kept AS (SELECT * FROM job_steps WHERE n > $skip_first_steps_count),
 stats AS (
-    SELECT count(*) AS n_steps, median(dur_ns) AS median_ns, max(dur_ns) AS max_ns, arg_max(step, dur_ns) AS worst_step,
+    SELECT count(*) AS n_steps, median(dur_ns) AS median_ns, max(dur_ns) AS max_ns, first(step ORDER BY dur_ns DESC, step) AS worst_step,
            stddev_samp(dur_ns) AS std_ns
     FROM kept
 ),
@@ -15,10 +15,10 @@ phases AS (      -- every rank's phases on the kept steps; own = the step minus 
           INTO NAME phase VALUE ns)
 ),
 culprit AS (     -- who made the slowest step slow: the rank with the longest own time (not a rank that waited)
-    SELECT arg_max(rank, own_ns) AS rank FROM phases WHERE step = (SELECT worst_step FROM stats)
+    SELECT first(rank ORDER BY own_ns DESC, rank) AS rank FROM phases WHERE step = (SELECT worst_step FROM stats)
 ),
 grown AS (       -- that rank's phase that grew most on the slowest step against its own median step
-    SELECT arg_max(replace(phase, '_ns', ''), extra_ns) AS phase, max(extra_ns) AS extra_ns
+    SELECT first(replace(phase, '_ns', '') ORDER BY extra_ns DESC, phase) AS phase, max(extra_ns) AS extra_ns
     FROM (SELECT p.phase, max(p.ns) FILTER (WHERE p.step = (SELECT worst_step FROM stats)) - median(p.ns) AS extra_ns
           FROM phases AS p WHERE p.rank = (SELECT rank FROM culprit) GROUP BY p.phase)
 ),

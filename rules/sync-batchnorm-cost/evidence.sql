@@ -21,5 +21,5 @@ colls AS (
 )
 SELECT x.rank, x.step, x.op, x.in_forward, x.backward_node, c.bytes, round(c.dur_ns / 1e6, 3) AS dur_ms
 FROM context AS x JOIN colls AS c USING (rank, step, op, k)
-ORDER BY x.step, x.ts_ns
+ORDER BY x.step, x.ts_ns, x.tid, x.op, x.k
 LIMIT 50;

@@ -6,5 +6,5 @@ FROM (SELECT a.*, CASE WHEN a.op = 'all_gather'
                        THEN a.bytes * coalesce(r.world_size, (SELECT count(*) FROM ranks)) ELSE a.bytes END AS size_bytes
       FROM collective_arrivals AS a LEFT JOIN ranks AS r USING (rank))
 WHERE rank = $ranks[1] AND list_contains($steps, step) AND size_bytes < $max_collective_bytes
-ORDER BY step, ts_ns
+ORDER BY step, ts_ns, op, op_index, bytes
 LIMIT 50;

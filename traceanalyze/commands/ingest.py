@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -36,20 +37,25 @@ def command(trace: str, shards: str, force: bool) -> None:
             raise TraceanalyzeError("no such trace file (ingest takes one rank's file)", trace)
         tf = identify(path, only_file=True)
     store = ShardStore(shards)
+    created = not store.remote and not Path(local_path(shards)).exists()
     if not store.remote:
         try:
             Path(store.rank_dir(tf.rank)).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TraceanalyzeError(f"cannot create the shard folder: {exc.strerror}", shards) from None
-
     def waiting(holder: str) -> None:
         click.echo(f"rank {tf.rank}: waiting for another ingest of this rank to finish ({holder})", err=True)
 
-    with rank_lock(store, tf.rank, waiting):
-        if not force and _up_to_date(store, tf):
-            click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
-            return
-        manifest = map_rank_locked(tf, store)
+    try:
+        with rank_lock(store, tf.rank, waiting):
+            if not force and _up_to_date(store, tf):
+                click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
+                return
+            manifest = map_rank_locked(tf, store)
+    except BaseException:  # (interrupted, bad input): a shard folder made for nothing goes again
+        if created:
+            _remove_if_empty(Path(local_path(shards)), Path(store.rank_dir(tf.rank)))
+        raise
     click.echo(f"rank {tf.rank}: wrote {store.rank_dir(tf.rank)} ({manifest['events']:,} events)")
 
 
@@ -63,3 +69,12 @@ def _up_to_date(store, tf) -> bool:
     if not is_current(manifest, tf):
         return False
     return store.remote or verify_shard(store.rank_dir(tf.rank), manifest, tf.rank) is None
+
+
+def _remove_if_empty(root: Path, rank_dir: Path) -> None:
+    """The shard folder this ingest created, when its rank's lock file is all it holds."""
+    with contextlib.suppress(OSError):
+        (rank_dir / ".lock").unlink()
+    for folder in (rank_dir, root):
+        with contextlib.suppress(OSError):
+            folder.rmdir()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import csv
+import os
 from importlib import resources
 from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 
 def _sql_text(name: str) -> str:
@@ -66,10 +67,30 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
     con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
 
 
+THREADS_ENV = "TRACEANALYZE_DUCKDB_THREADS"
+
+
+def chosen_threads() -> int | None:
+    """$TRACEANALYZE_DUCKDB_THREADS: DuckDB threads of every connection (maps included); None:
+    DuckDB's default (all cores; a map gets its share). Results never depend on it."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        from traceanalyze.errors import TraceConfigError
+
+        raise TraceConfigError(f"{THREADS_ENV}={raw!r} is not a positive whole number")
+    return int(raw)
+
+
 def open_quiet(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that draws no progress bar (DuckDB draws one on a terminal for a
-    query over 2 s, between our own progress lines)."""
-    con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    query over 2 s, between our own progress lines), with $TRACEANALYZE_DUCKDB_THREADS threads."""
+    config = dict(config or {})
+    threads = chosen_threads()
+    if threads:
+        config.setdefault("threads", threads)
+    con = duckdb.connect(str(path), read_only=read_only, config=config)
     try:
         con.execute("SET enable_progress_bar = false")
     except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)

@@ -250,15 +250,16 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
     materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
     tmp_db = db_path.with_name(f"{db_path.name}.{marker()}.tmp")
-    try:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-        sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
-        sweep_staging({staging_dir([]), None, str(RAM_STAGING_DIR)})
-        tmp_db.unlink(missing_ok=True)
-        con = tracedb.open_quiet(tmp_db)
-    except (OSError, duckdb.Error) as exc:
-        raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
-    try:
+    try:  # (the database is opened inside: a signal while it is created removes it too)
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+            sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
+            sweep_staging({staging_dir([]), None, str(RAM_STAGING_DIR)})
+            tmp_db.unlink(missing_ok=True)
+            con = tracedb.open_quiet(tmp_db)
+        except (OSError, duckdb.Error) as exc:
+            raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
+                                    str(db_path)) from None
         try:
             if not materialize:  # (the same bound as the readers of this database: db.bound_views_memory)
                 con.execute("SET memory_limit = ?", [chosen_memory_limit() or tracedb.VIEWS_MEMORY_LIMIT])

@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import select
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -19,6 +23,9 @@ from typing import Protocol
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import worker_threads
 from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
+from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
+from traceanalyze.load.shards import ShardStore
+from traceanalyze.load.stale import pid_alive, sweep_staging
 
 Progress = Callable[[str], None]
 
@@ -47,13 +54,67 @@ def _announce(outcome: MapOutcome, say: Progress) -> MapOutcome:
     return outcome
 
 
+def _worker_start(owner_pid: int) -> None:
+    """A pool worker's first act: it stops when the command that started it is gone.
+
+    The worker's parent is multiprocessing's forkserver, which lives as long as any worker
+    does (each holds its pipe), so a parent-death signal would never come. Instead a thread
+    waits for the command's process to end (a pidfd, else polling once a second) and then
+    sends the worker SIGTERM. SIGTERM (and SIGINT) in a worker raise KeyboardInterrupt while
+    a map runs, so map_rank's `finally` removes the rank's work folder (as soon as the
+    statement in DuckDB or the native reader returns to Python), and end an idle worker at
+    once."""
+    signal.signal(signal.SIGTERM, _worker_terminated)
+    signal.signal(signal.SIGINT, _worker_terminated)
+    threading.Thread(target=_watch_owner, args=(owner_pid,), name="traceanalyze-owner", daemon=True).start()
+
+
+def _watch_owner(owner_pid: int) -> None:
+    try:
+        fd = os.pidfd_open(owner_pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has ended
+        os.close(fd)
+    else:
+        while pid_alive(owner_pid):
+            time.sleep(1.0)
+    global _owner_gone
+    _owner_gone = True
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+_mapping = False  # (in a worker) a map is running
+_owner_gone = False  # (in a worker) the command that started it has ended
+
+
+def _worker_terminated(signum, _frame) -> None:
+    if _mapping:
+        raise KeyboardInterrupt
+    os._exit(128 + signum)
+
+
+def _map_in_worker(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutcome:
+    global _mapping
+    _mapping = True
+    try:
+        return map_guarded(tf, shards_root, threads)
+    finally:
+        _mapping = False
+        if _owner_gone:  # nobody waits for the outcome: the work folder is gone, so is the worker
+            ShardStore(shards_root).drop_unfinished(tf.rank)
+            os._exit(128 + signal.SIGTERM)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     # forkserver (spawn where it is missing), never fork: a forked DuckDB or thread pool is unsafe
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
-        context.set_forkserver_preload(["traceanalyze.load.map_outcome"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        context.set_forkserver_preload(["traceanalyze.load.executors"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
+                               initargs=(os.getpid(),))
 
 
 @contextlib.contextmanager
@@ -63,7 +124,7 @@ def _main_not_rerun():
     "__main__":` guard then calls `analyze()` again inside the worker, which dies in
     multiprocessing's bootstrapping phase; a script read from stdin names `<stdin>`, which a
     worker cannot run at all. The maps need nothing from the caller's script (they run
-    `map_guarded` of this module), so while the pool starts its workers, `__main__` names
+    `_map_in_worker` of this module), so while the pool starts its workers, `__main__` names
     neither."""
     main = sys.modules.get("__main__")
     if main is None:
@@ -107,8 +168,8 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     workers = max(1, min(workers, len(files)))
     threads = worker_threads(workers)
     with _main_not_rerun(), _pool(workers) as pool:
-        futures = {pool.submit(map_guarded, tf, shards_root, threads): tf for tf in files}
         try:
+            futures = {pool.submit(_map_in_worker, tf, shards_root, threads): tf for tf in files}
             for n, future in enumerate(as_completed(futures), 1):
                 outcome = future.result()
                 done[outcome.rank] = _announce(outcome, say)
@@ -116,4 +177,30 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
                     say(f"mapped {n} of {len(files)} rank(s)")
         except BrokenProcessPool:
             return True
+        except BaseException:  # interrupted (SIGINT, SIGTERM) or a bug: no map outlives the command
+            _abandon(pool, files, shards_root, done)
+            raise
     return False
+
+
+def _abandon(pool: ProcessPoolExecutor, files: list[TraceFile], shards_root: str,
+             done: dict[int, MapOutcome]) -> None:
+    """Stop the pool's workers now (SIGKILL: a map may be deep inside DuckDB or the native
+    reader, where no signal handler runs), then remove what their maps had made: their work
+    folders (load/stale.py sweeps those of dead processes) and the tables of a rank whose
+    manifest was not written yet (a shard without a manifest is never used; a finished
+    rank's shard stays, as does the shard of a rank that had not started)."""
+    procs = dict(getattr(pool, "_processes", None) or {})  # pid -> multiprocessing.Process
+    for process in procs.values():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.kill()
+    for process in procs.values():
+        with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+            process.join(30)  # (a killed process is gone within milliseconds; a bound, not a wait)
+    pool.shutdown(wait=False, cancel_futures=True)
+    sweep_staging({staging_dir(files), None, str(RAM_STAGING_DIR)})
+    store = ShardStore(shards_root)
+    for tf in files:
+        if tf.rank not in done:
+            store.drop_unfinished(tf.rank)
+

@@ -57,7 +57,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         small = estimated_uncompressed_bytes(local.path) <= IN_MEMORY_MAX_BYTES
         con = tracedb.open_quiet(":memory:" if small else work / "rank.duckdb")
         try:
-            if threads:
+            if threads and not tracedb.chosen_threads():  # (a chosen count applies to the maps too)
                 con.execute(f"SET threads = {int(threads)}")
             con.execute(f"SET temp_directory = '{work / 'spill'}'")
             read, notes = _build(con, tf, local)
@@ -68,6 +68,9 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         manifest["notes"] = notes
         store.write_manifest(tf.rank, manifest)
         return manifest
+    except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
+        store.drop_unfinished(tf.rank)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -4,6 +4,12 @@
 started when neither is set). Each rank's map is one task (1 CPU) writing its shard to the
 shard folder, which every node must reach: object storage (s3://...) or a shared filesystem.
 A task whose worker dies is retried once by Ray, then reported as that rank's failure.
+
+When the driver is interrupted (SIGINT, SIGTERM), its unfinished tasks are cancelled with
+force (Ray kills their worker processes); the work folders those leave on this host are
+swept before the interrupt goes on, and the partial tables of unfinished ranks in a local
+shard folder removed. On other nodes a killed task's work folder stays until a later run on
+that node sweeps it (load/stale.py).
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ def run_on_ray(files: list[TraceFile], shards_root: str, say: Progress, *, worke
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise TraceanalyzeError(f"cannot join the Ray cluster ({' '.join(str(exc).split())[:200]})",
                                     address) from None
+    refs: dict = {}
+    outcomes: dict[int, MapOutcome] = {}
     try:
         task = ray.remote(num_cpus=1, max_retries=1)(map_guarded)
-        refs = {task.remote(tf, shards_root, 1): tf for tf in files}
+        for tf in files:
+            refs[task.remote(tf, shards_root, 1)] = tf
         say(f"mapping {len(files)} rank(s) as Ray tasks")
-        outcomes: dict[int, MapOutcome] = {}
         waiting = list(refs)
         while waiting:
             ready, waiting = ray.wait(waiting, num_returns=min(len(waiting), 64))
@@ -49,6 +57,30 @@ def run_on_ray(files: list[TraceFile], shards_root: str, say: Progress, *, worke
                     outcomes[tf.rank] = MapOutcome(tf.rank, trace_name(tf), None,
                                                    f"the Ray task failed ({message})")
         return [outcomes[tf.rank] for tf in files]
+    except BaseException:
+        _cancel(ray, [ref for ref, tf in refs.items() if tf.rank not in outcomes], files, shards_root,
+                set(outcomes))
+        raise
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _cancel(ray, refs: list, files: list[TraceFile], shards_root: str, done: set[int]) -> None:
+    """Kill the unfinished tasks' workers, wait until Ray says they ended, then sweep."""
+    import contextlib
+
+    from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
+    from traceanalyze.load.shards import ShardStore
+    from traceanalyze.load.stale import sweep_staging
+
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    with contextlib.suppress(Exception):
+        ray.wait(refs, num_returns=len(refs), timeout=30)  # (a bound: a lost node never answers)
+    sweep_staging({staging_dir(files), None, str(RAM_STAGING_DIR)})
+    store = ShardStore(shards_root)
+    for tf in files:
+        if tf.rank not in done:
+            store.drop_unfinished(tf.rank)

@@ -112,6 +112,20 @@ class ShardStore:
         if not self.remote:  # a manifest half-written by a killed map (load/stale.py)
             sweep_manifest_tmp(Path(folder), MANIFEST)
 
+    def drop_unfinished(self, rank: int) -> None:
+        """The tables of a rank whose map stopped before writing its manifest, and then its folder
+        when empty (a local shard folder; a remote one keeps objects that no manifest vouches for)."""
+        if self.remote:
+            return
+        folder = self.rank_dir(rank)
+        if os.path.exists(os.path.join(folder, MANIFEST)):
+            return
+        self.forget(rank)
+        try:
+            os.rmdir(folder)  # (only when empty: nothing of anyone else's goes)
+        except OSError:
+            pass
+
     def write_manifest(self, rank: int, manifest: dict) -> None:
         """Atomically: a local file is renamed into place; an object PUT is atomic."""
         data = json.dumps(manifest, indent=1).encode()

@@ -49,9 +49,10 @@ ORDER BY k.step, k.process_group, k.op, k.op_index, k.rank;
 CREATE OR REPLACE TABLE step_lateness AS
 WITH worst AS (
     SELECT rank, step,
-           arg_max(op, late_ns) AS op,
-           arg_max(op_index, late_ns) AS op_index,
-           arg_max(process_group, late_ns) AS process_group,
+           -- (one collective, the same on every run: ties go to the first in (group, op, index) order)
+           first(op ORDER BY late_ns DESC, process_group, op, op_index) AS op,
+           first(op_index ORDER BY late_ns DESC, process_group, op, op_index) AS op_index,
+           first(process_group ORDER BY late_ns DESC, process_group, op, op_index) AS process_group,
            max(late_ns) AS late_ns
     FROM collective_arrivals GROUP BY rank, step
 ),

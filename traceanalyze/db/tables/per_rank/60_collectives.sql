@@ -7,7 +7,7 @@ WITH gpu AS (
            k.in_msg_nelems * dtype_bytes(k.dtype) AS bytes, 'nccl_kernel' AS source, k.name,
            l.tid AS call_tid, l.end_ns AS call_end_ns
     FROM kernels AS k
-    LEFT JOIN (SELECT rank, correlation, any_value(tid) AS tid, any_value(end_ns) AS end_ns
+    LEFT JOIN (SELECT rank, correlation, first(tid ORDER BY ts_ns, tid) AS tid, first(end_ns ORDER BY ts_ns, tid) AS end_ns
                FROM runtime WHERE correlation IS NOT NULL GROUP BY rank, correlation) AS l
         ON l.rank = k.rank AND l.correlation = k.correlation
     WHERE k.kind = 'communication'

@@ -13,7 +13,7 @@ lookups AS (         -- embedding lookups with integer ids [batch, seq_len]
       AND json_extract_string(TRY_CAST(input_type AS JSON), '$[1]') IN ('long int', 'long', 'int')
 ),
 pass_ids AS (        -- the largest lookup of each forward pass (several tables may read the same ids)
-    SELECT l.rank, l.step, coalesce(f.pass, 0) AS pass, arg_max(l.ids, list_product(l.ids)) AS ids
+    SELECT l.rank, l.step, coalesce(f.pass, 0) AS pass, first(l.ids ORDER BY list_product(l.ids) DESC, l.ids) AS ids
     FROM lookups AS l
     LEFT JOIN forwards AS f
         ON f.rank = l.rank AND f.step = l.step AND l.ts_ns >= f.ts_ns AND l.ts_ns < f.end_ns
@@ -22,7 +22,7 @@ pass_ids AS (        -- the largest lookup of each forward pass (several tables 
 ),
 pass_inputs AS (     -- else: the leading dim of the first shaped input inside each forward pass
     SELECT f.rank, f.step, f.pass,
-           arg_min(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]') AS BIGINT[])[1], o.ts_ns) AS samples
+           first(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]') AS BIGINT[])[1] ORDER BY o.ts_ns, o.end_ns DESC, o.name) AS samples
     FROM forwards AS f
     JOIN cpu_ops AS o ON o.rank = f.rank AND o.tid = f.tid AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns
     WHERE len(TRY_CAST(json_extract(TRY_CAST(o.input_dims AS JSON), '$[0]') AS BIGINT[])) >= 1

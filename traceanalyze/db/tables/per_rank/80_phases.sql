@@ -31,8 +31,8 @@ busiest AS (
 )
 SELECT
     r.rank,                                 -- global rank
-    coalesce((SELECT arg_max(m.tid, m.n) FROM marked AS m WHERE m.rank = r.rank),
-             (SELECT arg_max(b.tid, b.n) FROM busiest AS b WHERE b.rank = r.rank)) AS tid  -- thread id of the training loop
+    coalesce((SELECT first(m.tid ORDER BY m.n DESC, m.tid) FROM marked AS m WHERE m.rank = r.rank),
+             (SELECT first(b.tid ORDER BY b.n DESC, b.tid) FROM busiest AS b WHERE b.rank = r.rank)) AS tid  -- thread id of the training loop
 FROM ranks AS r;
 
 CREATE OR REPLACE TEMP TABLE _host_events AS
