@@ -3,6 +3,10 @@
 Both take the ranks to map and return one `MapOutcome` per rank: its manifest, or why it
 failed (bad input, a worker that died, an object that could not be read). A failed rank
 never stops the others.
+
+Small ranks are packed: one task maps several ranks in turn (`packs`, by rank, until a pack
+holds PACK_BYTES of trace), so a thousand small files cost a hundred tasks, not a thousand
+process round trips. A rank that fails inside a pack fails alone; the others' shards stand.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import duckdb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import map_rank, worker_threads
+from traceanalyze.load.source import estimated_uncompressed_bytes
 
 EXECUTORS = ("local", "ray")
+# a task maps ranks until it holds this much trace (JSON bytes, estimated for gzip) ...
+PACK_BYTES = 64 << 20
 Progress = Callable[[str], None]
 
 
@@ -46,6 +53,38 @@ def map_guarded(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutc
         return MapOutcome(tf.rank, exc.path or _file(tf), None, exc.problem)
     except (duckdb.Error, OSError) as exc:
         return MapOutcome(tf.rank, _file(tf), None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+
+
+def trace_bytes(tf: TraceFile) -> int:
+    """The JSON bytes of a rank's trace (estimated for gzip; the object size for a URL)."""
+    if tf.url:
+        return tf.size_bytes
+    try:
+        return estimated_uncompressed_bytes(tf.path)
+    except OSError:
+        return tf.size_bytes
+
+
+def packs(files: list[TraceFile], workers: int, pack_bytes: int = PACK_BYTES) -> list[list[TraceFile]]:
+    """The ranks in tasks: in rank order, each pack closed once it holds `pack_bytes` of trace
+    (... or its share of the whole, when that is less: every worker gets work)."""
+    ordered = sorted(files, key=lambda tf: tf.rank)
+    sizes = [trace_bytes(tf) for tf in ordered]
+    target = max(1, min(pack_bytes, -(-sum(sizes) // max(1, workers))))
+    out: list[list[TraceFile]] = []
+    held = 0
+    for tf, size in zip(ordered, sizes):
+        if not out or held >= target:
+            out.append([])
+            held = 0
+        out[-1].append(tf)
+        held += size
+    return out
+
+
+def map_pack(files: list[TraceFile], shards_root: str, threads: int | None) -> list[MapOutcome]:
+    """Map the ranks of one pack in turn: each rank's outcome its own."""
+    return [map_guarded(tf, shards_root, threads) for tf in files]
 
 
 def run_maps(files: list[TraceFile], shards_root: str, executor: str = "local", workers: int | None = None,
@@ -123,13 +162,15 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     workers = max(1, min(workers, len(files)))
     threads = worker_threads(workers)
     with _main_not_rerun(), _pool(workers) as pool:
-        futures = {pool.submit(map_guarded, tf, shards_root, threads): tf for tf in files}
+        futures = [pool.submit(map_pack, pack, shards_root, threads) for pack in packs(files, workers)]
+        n = 0
         try:
-            for n, future in enumerate(as_completed(futures), 1):
-                outcome = future.result()
-                done[outcome.rank] = _announce(outcome, say)
-                if n % 64 == 0:
-                    say(f"mapped {n} of {len(files)} rank(s)")
+            for future in as_completed(futures):
+                for outcome in future.result():
+                    done[outcome.rank] = _announce(outcome, say)
+                    n += 1
+                    if n % 64 == 0:
+                        say(f"mapped {n} of {len(files)} rank(s)")
         except BrokenProcessPool:
             return True
     return False

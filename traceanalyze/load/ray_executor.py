@@ -1,9 +1,10 @@
 """The maps as Ray tasks on the user's cluster; the reduce stays on the driver.
 
 `ray.init(address=...)` joins the cluster named by --ray-address or RAY_ADDRESS (a local one is
-started when neither is set). Each rank's map is one task (1 CPU) writing its shard to the
-shard folder, which every node must reach: object storage (s3://...) or a shared filesystem.
-A task whose worker dies is retried once by Ray, then reported as that rank's failure.
+started when neither is set). Each pack of ranks (executors.packs: small ranks together) is one
+task (1 CPU) writing their shards to the shard folder, which every node must reach: object
+storage (s3://...) or a shared filesystem. A task whose worker dies is retried once by Ray, then
+reported as the failure of its ranks.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.executors import MapOutcome, map_guarded
+from traceanalyze.load.executors import MapOutcome, map_pack, packs
 
 Progress = Callable[[str], None]
 
@@ -31,21 +32,21 @@ def run_on_ray(files: list[TraceFile], shards_root: str, address: str | None, sa
             raise TraceanalyzeError(f"cannot join the Ray cluster ({' '.join(str(exc).split())[:200]})",
                                     address) from None
     try:
-        task = ray.remote(num_cpus=1, max_retries=1)(map_guarded)
-        refs = {task.remote(tf, shards_root, 1): tf for tf in files}
-        say(f"mapping {len(files)} rank(s) as Ray tasks")
+        task = ray.remote(num_cpus=1, max_retries=1)(map_pack)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        refs = {task.remote(pack, shards_root, 1): pack for pack in packs(files, cpus)}
+        say(f"mapping {len(files)} rank(s) as {len(refs)} Ray task(s)")
         outcomes: dict[int, MapOutcome] = {}
         waiting = list(refs)
         while waiting:
             ready, waiting = ray.wait(waiting, num_returns=min(len(waiting), 64))
             for ref in ready:
-                tf = refs[ref]
                 try:
-                    outcomes[tf.rank] = ray.get(ref)
+                    outcomes.update((o.rank, o) for o in ray.get(ref))
                 except ray.exceptions.RayError as exc:  # the worker died, the node was lost, ...
                     message = " ".join(str(exc).split())[:300]
-                    outcomes[tf.rank] = MapOutcome(tf.rank, tf.url or str(tf.path), None,
-                                                   f"the Ray task failed ({message})")
+                    outcomes.update((tf.rank, MapOutcome(tf.rank, tf.url or str(tf.path), None,
+                                                         f"the Ray task failed ({message})")) for tf in refs[ref])
         return [outcomes[tf.rank] for tf in files]
     finally:
         if started_here:
