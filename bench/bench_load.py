@@ -217,16 +217,16 @@ _atexit.register(_report_hwm)
 
 TRACEANALYZE_SNIPPET = HWM_REPORT + r"""
 import glob as _glob, json as _json, os as _os, runpy, time as _time
-_stage = {"reduce": 0.0}
+_stage = {"reduce_cpu": 0.0}
 try:  # the reduce's seconds (a checkout without reduce_to_db reports none)
     import traceanalyze.load as _load
     _reduce = _load.reduce_to_db
     def _timed(*a, **k):
-        t = _time.perf_counter()
+        t = _time.process_time()
         try:
             return _reduce(*a, **k)
         finally:
-            _stage["reduce"] += _time.perf_counter() - t
+            _stage["reduce_cpu"] += _time.process_time() - t
     _load.reduce_to_db = _timed
 except (ImportError, AttributeError):
     pass
@@ -236,7 +236,7 @@ def _report_stages():
     for m in _glob.glob(_os.path.splitext(db)[0] + ".shards/rank=*/manifest.json"):
         for k, v in _json.load(open(m)).get("stage_s", {}).items():
             total[k] = total.get(k, 0.0) + v
-    total["reduce"] = _stage["reduce"]
+    total["reduce_cpu"] = _stage["reduce_cpu"]
     print("BENCH stages " + " ".join(f"{k}={v:.2f}" for k, v in total.items()), file=_sys.stderr, flush=True)
 _atexit.register(_report_stages)
 _sys.argv = ["traceanalyze", *_sys.argv[1:]]
@@ -351,7 +351,7 @@ def machine() -> str:
 
 def table(results: list[dict]) -> str:
     rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size "
-            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before | stages (s, wall in the map / reduce) |",
+            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before | stages (s) |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     hta = {r["size"]: r for r in results if r["tool"] == "hta" and r.get("ok")}
     for r in results:
@@ -374,9 +374,11 @@ def table(results: list[dict]) -> str:
 
 
 def _stages(r: dict) -> str:
-    """parse (read + decode), write (raw_events.parquet), tables, write_tables, reduce."""
+    """The map's stages (read_parse_write_cpu: the native reader writing raw_events.parquet,
+    split by wall time into parse_wall and write_wall; tables_cpu; write_tables_cpu) and the
+    reduce's CPU seconds (reduce_to_db: trace.duckdb, cross-rank tables, alignment)."""
     return ", ".join(f"{k} {float(v):.2f}" for k, v in r.get("stages", {}).items()
-                     if r["tool"] != "traceanalyze (re-run)" or k == "reduce")
+                     if r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu")
 
 
 def write_results(path: Path, results: list[dict], args, versions: dict) -> None:

@@ -12,6 +12,7 @@ reader's counts as load issues. It is the only module that knows the native read
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,8 @@ class RankRead:
     truncated_at_byte: int | None = None  # uncompressed offset of the cut, when truncated
     lost_bytes: int = 0
     notes: list[tuple[str, str, int | None]] = field(default_factory=list)  # (kind, message, count)
-    stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage (parse, write, ...)
+    # seconds per stage: *_cpu the process's CPU time (all its threads), *_wall elapsed
+    stage_s: dict[str, float] = field(default_factory=dict)
 
 
 # decompressed bytes the reader takes at a time (the events of a block are decoded in parallel)
@@ -102,6 +104,7 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
         read = read_rank(con, tf, threads)
         _copy_out(con, out)
         return read
+    cpu0 = time.process_time()
     try:
         out_dict = _native.write_raw_events_parquet(str(tf.path), str(out), tf.rank, threads=threads,
                                                     block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION)
@@ -111,7 +114,8 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
     metadata = _metadata(out_dict["metadata"], notes)
     notes += _tally_notes(out_dict["tally"])
     shift = base_time_ns(metadata) - out_dict["base_ns"]
-    stages = {"parse": out_dict["parse_s"] + out_dict["base_scan_s"], "write": out_dict["write_s"]}
+    stages = {"read_parse_write_cpu": time.process_time() - cpu0,
+              "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"]}
     source = f"read_parquet('{_sql_text(out)}')"
     pairs = 0
     if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
