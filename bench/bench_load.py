@@ -398,9 +398,12 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   sensitive to other load on a shared machine); peak RSS is the child's VmHWM, printed by
   the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
   child shared between fork and exec).
-- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader into
-  the rank's private database, its tables written as a Parquet shard, then `trace.duckdb`
-  (the shard's tables copied in or viewed), cross-rank tables and alignment.
+- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader writing
+  the rank's raw_events.parquet, the per-rank tables computed from it and written beside it
+  (the shard), then `trace.duckdb` (the shard's tables copied in or viewed), cross-rank
+  tables and alignment. "stages" are the map's (from the shard manifests: CPU s of the reader
+  writing Parquet, split by wall time into parsing and writing; of the per-rank tables; of
+  writing them) and the reduce's CPU s.
   "re-run" is the same command without `--force` on the unchanged files (database reused).
 - previous: the same command run from an earlier checkout (`--previous-checkout`).
 - hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),
