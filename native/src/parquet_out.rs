@@ -299,7 +299,10 @@ mod tests {
     /// A file that is not a trace leaves no Parquet file behind.
     #[test]
     fn bad_input_leaves_no_file() {
-        let path = write_trace("bad.json", "{\"traceEvents\": [{\"ph\": \"X\"} {\"ph\": \"X\"}]}");
+        let path = write_trace(
+            "bad.json",
+            "{\"traceEvents\": [{\"ph\": \"X\"} {\"ph\": \"X\"}]}",
+        );
         let out = temp("bad.parquet");
         let err = write_raw_events(&path, &out, 0, Limits::default(), Codec::Zstd).unwrap_err();
         std::fs::remove_file(&path).unwrap();

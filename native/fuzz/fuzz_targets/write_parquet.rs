@@ -12,7 +12,10 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let dir = std::env::temp_dir();
     let path = dir.join(format!("traceanalyze-fuzz-pq-{}", std::process::id()));
-    let out = dir.join(format!("traceanalyze-fuzz-pq-{}.parquet", std::process::id()));
+    let out = dir.join(format!(
+        "traceanalyze-fuzz-pq-{}.parquet",
+        std::process::id()
+    ));
     std::fs::write(&path, data).expect("write the input file");
     let limits = Limits {
         block_bytes: 4096,
@@ -29,7 +32,10 @@ fuzz_target!(|data: &[u8]| {
             let reader = parquet::file::reader::SerializedFileReader::new(file)
                 .expect("the Parquet file reads back");
             use parquet::file::reader::FileReader;
-            assert_eq!(reader.metadata().file_metadata().num_rows() as u64, outcome.events);
+            assert_eq!(
+                reader.metadata().file_metadata().num_rows() as u64,
+                outcome.events
+            );
         }
         Err(e) => {
             assert!(
