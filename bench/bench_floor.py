@@ -7,8 +7,11 @@ alone, on the same file, to show where the time goes:
 1. read: the file's bytes, block by block (Python reading, the floor of any reader);
 2. parse (1 thread, 2 threads): the native reader (scan + decode into Arrow columns),
    nothing handed to DuckDB;
-3. parse + store: read_rank into `raw_events` of a database file, as a load does;
-4. tables: the derived tables (db/tables/*.sql) built from that `raw_events`.
+3. parse + store: read_rank into `raw_events` of a database file (the map before the reader
+   wrote Parquet itself);
+4. tables: the derived tables (db/tables/*.sql) built from that `raw_events`;
+5. parse + write Parquet: the native reader writing raw_events.parquet, as the map does now;
+6. per-rank tables from Parquet: the map's tables (db/tables/per_rank/*.sql) from that file.
 
 Each stage runs in a fresh process (page cache warm), `--repeat` times; the median is
 printed.
@@ -80,6 +83,19 @@ from traceanalyze import db as tracedb
 con = duckdb.connect(str(work / "store.duckdb"))
 tracedb.create_macros(con)
 timed(lambda: tracedb.build_tables(con))
+""",
+    "parse + write Parquet": """
+from traceanalyze import _native
+timed(lambda: _native.write_raw_events_parquet(str(trace), str(work / "raw_events.parquet"), 0))
+""",
+    "per-rank tables from Parquet": """
+from traceanalyze import db as tracedb
+con = tracedb.open_quiet(":memory:")
+tracedb.create_schema(con)
+tracedb.create_macros(con)
+con.execute("DROP TABLE raw_events")
+con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet('{work / 'raw_events.parquet'}')")
+timed(lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files()))
 """,
 }
 

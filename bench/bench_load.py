@@ -216,7 +216,29 @@ _atexit.register(_report_hwm)
 """
 
 TRACEANALYZE_SNIPPET = HWM_REPORT + r"""
-import runpy
+import glob as _glob, json as _json, os as _os, runpy, time as _time
+_stage = {"reduce_cpu": 0.0}
+try:  # the reduce's seconds (a checkout without reduce_to_db reports none)
+    import traceanalyze.load as _load
+    _reduce = _load.reduce_to_db
+    def _timed(*a, **k):
+        t = _time.process_time()
+        try:
+            return _reduce(*a, **k)
+        finally:
+            _stage["reduce_cpu"] += _time.process_time() - t
+    _load.reduce_to_db = _timed
+except (ImportError, AttributeError):
+    pass
+def _report_stages():
+    db = _sys.argv[_sys.argv.index("--db") + 1]
+    total = {}
+    for m in _glob.glob(_os.path.splitext(db)[0] + ".shards/rank=*/manifest.json"):
+        for k, v in _json.load(open(m)).get("stage_s", {}).items():
+            total[k] = total.get(k, 0.0) + v
+    total["reduce_cpu"] = _stage["reduce_cpu"]
+    print("BENCH stages " + " ".join(f"{k}={v:.2f}" for k, v in total.items()), file=_sys.stderr, flush=True)
+_atexit.register(_report_stages)
 _sys.argv = ["traceanalyze", *_sys.argv[1:]]
 runpy.run_module("traceanalyze", run_name="__main__")
 """
@@ -268,6 +290,8 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
             if res["timed_out"]:
                 break
             continue
+        res["stages"] = dict(kv.split("=") for line in res["output"].splitlines()
+                             if line.startswith("BENCH stages") for kv in line.split()[2:])
         runs.append(res)
     if not runs:
         return {"size": label, "tool": tool, "ok": False, "note": notes[0] if notes else "failed",
@@ -277,7 +301,8 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
     cpu = statistics.median(r["cpu_seconds"] for r in runs)
     return {"size": label, "tool": tool, "ok": True, "seconds": secs, "rss_bytes": rss, "cpu_seconds": cpu,
             "json_bytes": case["json_bytes"], "runs": len(runs), "loadavg_before": load_before,
-            "mb_per_s": case["json_bytes"] / 1e6 / secs, "note": "; ".join(notes)}
+            "mb_per_s": case["json_bytes"] / 1e6 / secs, "note": "; ".join(notes),
+            "stages": min(runs, key=lambda r: abs(r["seconds"] - secs)).get("stages", {})}
 
 
 # ----------------------------------------------------------------------------- report
@@ -326,13 +351,13 @@ def machine() -> str:
 
 def table(results: list[dict]) -> str:
     rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size "
-            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before | stages (s) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     hta = {r["size"]: r for r in results if r["tool"] == "hta" and r.get("ok")}
     for r in results:
         size = f"{r['size']} ({r['json_bytes'] / 1e6:,.0f} MB)"
         if not r.get("ok"):
-            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} | | |")
+            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} | | | |")
             continue
         ratio = cpu_ratio = ""
         if r["tool"] in ("traceanalyze", "previous") and r["size"] in hta:
@@ -344,8 +369,16 @@ def table(results: list[dict]) -> str:
         mbps = f"{r['mb_per_s']:,.0f}" if r["tool"] != "traceanalyze (re-run)" else "—"
         rows.append(f"| {size} | {r['tool']} | {r['seconds']:.2f} | {mbps} | {r.get('cpu_seconds', 0):.1f} | "
                     f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {ratio} | {cpu_ratio} "
-                    f"| {r.get('loadavg_before', '?')} |")
+                    f"| {r.get('loadavg_before', '?')} | {_stages(r)} |")
     return "\n".join(rows)
+
+
+def _stages(r: dict) -> str:
+    """The map's stages (read_parse_write_cpu: the native reader writing raw_events.parquet,
+    split by wall time into parse_wall and write_wall; tables_cpu; write_tables_cpu) and the
+    reduce's CPU seconds (reduce_to_db: trace.duckdb, cross-rank tables, alignment)."""
+    return ", ".join(f"{k} {float(v):.2f}" for k, v in r.get("stages", {}).items()
+                     if r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu")
 
 
 def write_results(path: Path, results: list[dict], args, versions: dict) -> None:
@@ -365,9 +398,12 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   sensitive to other load on a shared machine); peak RSS is the child's VmHWM, printed by
   the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
   child shared between fork and exec).
-- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader into
-  the rank's private database, its tables written as a Parquet shard, then `trace.duckdb`
-  (the shard's tables copied in or viewed), cross-rank tables and alignment.
+- traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader writing
+  the rank's raw_events.parquet, the per-rank tables computed from it and written beside it
+  (the shard), then `trace.duckdb` (the shard's tables copied in or viewed), cross-rank
+  tables and alignment. "stages" are the map's (from the shard manifests: CPU s of the reader
+  writing Parquet, split by wall time into parsing and writing; of the per-rank tables; of
+  writing them) and the reduce's CPU s.
   "re-run" is the same command without `--force` on the unchanged files (database reused).
 - previous: the same command run from an earlier checkout (`--previous-checkout`).
 - hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),

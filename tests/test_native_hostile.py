@@ -17,18 +17,42 @@ from traceanalyze import _native
 from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.read import read_rank
+from traceanalyze.load.read import read_rank, write_raw_events
 
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 50}
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 10}
 
 
-def read(path: Path):
-    con = duckdb.connect()
-    tracedb.create_schema(con)
+def _read_both(path: Path):
+    """(stream result or error, parquet result or error): the reader's Arrow stream into a
+    table (read_rank) and the reader writing raw_events.parquet (write_raw_events, the map's)."""
     tf = TraceFile(path, 0, "file name", None, None, path.stat().st_size, path.stat().st_mtime_ns)
-    got = read_rank(con, tf)
-    return con, got
+    out = []
+    for how in ("stream", "parquet"):
+        con = duckdb.connect()
+        tracedb.create_schema(con)
+        parquet = path.with_name(path.name + ".raw_events.parquet")
+        try:
+            got = read_rank(con, tf) if how == "stream" else write_raw_events(con, tf, parquet)
+        except TraceFormatError as exc:
+            assert not parquet.exists()  # a file that is not a trace leaves no Parquet file
+            out.append((None, None, exc))
+            continue
+        got.stage_s = {}
+        out.append((con, got, None))
+    return out
+
+
+def read(path: Path):
+    """The map's read of `path` (its raw_events.parquet, viewed as `raw_events`), checked to
+    give the same rows, notes and error as the reader's Arrow stream into a table."""
+    (con_s, got_s, err_s), (con_p, got_p, err_p) = _read_both(path)
+    if err_s or err_p:
+        assert str(err_s) == str(err_p)
+        raise err_p
+    assert got_p == got_s
+    assert con_p.execute("SELECT * FROM raw_events").fetchall() == con_s.execute("SELECT * FROM raw_events").fetchall()
+    return con_p, got_p
 
 
 def kinds(got) -> dict:

@@ -25,7 +25,10 @@ from conftest import FIXTURES, run_cli
 from processes import carrying_owner_token, cmdline, descendants, in_session, stop, stop_popen
 
 from traceanalyze.load import load_trace_dir, reduce
-from traceanalyze.load.shards import MANIFEST, SHARD_TABLES
+from traceanalyze.load.discover import discover
+from traceanalyze.load.executor_registry import run_maps
+from traceanalyze.load.packing import packs
+from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 
 SCENARIO = "input_straggler"
 INJECTED = json.loads((FIXTURES / SCENARIO / "expected.json").read_text())["injected"]
@@ -152,6 +155,32 @@ def test_a_failed_rank_is_reported_and_the_rest_analyzed_then_retried_alone(tmp_
     files[1].write_bytes(good)  # fixed: a retry maps rank 1 only
     result = load_trace_dir(traces, out / "trace.duckdb")
     assert result.mapped == 1 and sorted(result.ranks) == [0, 1, 2, 3]
+
+
+def test_small_ranks_are_packed_and_a_failed_rank_in_a_pack_fails_alone(tmp_path):
+    """Two workers, four small ranks: two tasks of ranks in rank order; a corrupt rank fails
+    alone and the rank that shared its task keeps a current shard."""
+    traces = _copy(tmp_path / "t")
+    files = _rank_files(traces)
+    bad = bytearray(files[1].read_bytes())
+    bad[len(bad) // 2] ^= 0x5A  # a corrupt gzip stream
+    files[1].write_bytes(bytes(bad))
+    tfs = discover(traces).files
+    grouped = packs(tfs, workers=2)
+    assert [tf.rank for pack in grouped for tf in pack] == [0, 1, 2, 3]  # each once, by rank
+    assert len(grouped) == 2  # each pack holds half of the bytes: no third, no single one
+    assert [[tf.rank for tf in pack] for pack in packs(tfs, workers=2, pack_bytes=1)] == [[0], [1], [2], [3]]
+    (with_bad,) = [pack for pack in grouped if any(tf.rank == 1 for tf in pack)]
+    assert len(with_bad) > 1
+    shards = tmp_path / "shards"
+    outcomes = {o.rank: o for o in run_maps(tfs, str(shards), workers=2)}
+    assert outcomes[1].manifest is None and "corrupt gzip" in outcomes[1].error
+    store = ShardStore(str(shards))
+    for rank in (0, 2, 3):
+        assert outcomes[rank].error is None
+        assert is_current(store.read_manifest(rank), next(tf for tf in tfs if tf.rank == rank))
+        assert all((shards / f"rank={rank}" / f"{t}.parquet").exists() for t in SHARD_TABLES)
+    assert store.read_manifest(1) is None
 
 
 def test_ingest_per_rank_then_analyze_the_shards(tmp_path, reference):

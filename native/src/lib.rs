@@ -1,11 +1,12 @@
 //! traceanalyze._native: a streaming reader of Kineto / Chrome trace JSON.
 //!
 //! Stages, one module each: `reader` (bytes, gzip) -> `scan` (layout, event spans) ->
-//! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches); `trace`
+//! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches) -> `parquet_out` (the rank's raw_events.parquet); `trace`
 //! drives them for one file. `python` is the PyO3 boundary (no panic crosses it).
 
 pub mod columns;
 pub mod events;
+pub mod parquet_out;
 #[cfg(feature = "python")]
 mod python;
 pub mod reader;

@@ -16,6 +16,7 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
+use crate::parquet_out::{write_raw_events, Codec};
 use crate::trace::{BatchIter, Limits, Outcome, TraceError, TraceParser};
 
 struct Shared {
@@ -151,47 +152,117 @@ impl TraceReader {
             return Err(err);
         }
         let o = shared.outcome.clone().unwrap_or_default();
-        let d = PyDict::new(py);
-        d.set_item(
-            "metadata",
-            PyList::new(py, o.metadata.iter().map(|(k, v)| (k.clone(), v.clone())))?,
-        )?;
-        d.set_item("events", o.events)?;
-        d.set_item("events_bytes", o.events_bytes)?;
-        d.set_item("truncated_at_byte", o.truncated_at_byte)?;
-        d.set_item("lost_bytes", o.lost_bytes)?;
-        d.set_item("base_ns", o.base_ns)?;
-        d.set_item("gzip", o.gzip)?;
-        d.set_item(
-            "notes",
-            PyList::new(
-                py,
-                o.notes.iter().map(|(k, m, n)| (k.clone(), m.clone(), *n)),
-            )?,
-        )?;
-        let t = &o.tally;
-        let tally = PyDict::new(py);
-        for (k, v) in [
-            ("non_objects", t.non_objects),
-            ("args_not_object", t.args_not_object),
-            ("duplicate_keys", t.duplicate_keys),
-            ("non_finite", t.non_finite),
-            ("too_deep", t.too_deep),
-            ("invalid_utf8", t.invalid_utf8),
-            ("bad_step_numbers", t.bad_step_numbers),
-        ] {
-            tally.set_item(k, v)?;
-        }
-        let bad_args = PyDict::new(py);
-        for (i, n) in t.bad_args.iter().enumerate() {
-            if *n > 0 {
-                bad_args.set_item(ARG_KEYS[i], *n)?;
-            }
-        }
-        tally.set_item("bad_args", bad_args)?;
-        d.set_item("tally", tally)?;
-        Ok(d)
+        outcome_dict(py, &o)
     }
+}
+
+/// What the file held besides its events, as the dict `TraceReader.result()` gives.
+fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "metadata",
+        PyList::new(py, o.metadata.iter().map(|(k, v)| (k.clone(), v.clone())))?,
+    )?;
+    d.set_item("events", o.events)?;
+    d.set_item("events_bytes", o.events_bytes)?;
+    d.set_item("truncated_at_byte", o.truncated_at_byte)?;
+    d.set_item("lost_bytes", o.lost_bytes)?;
+    d.set_item("base_ns", o.base_ns)?;
+    d.set_item("gzip", o.gzip)?;
+    d.set_item(
+        "notes",
+        PyList::new(
+            py,
+            o.notes.iter().map(|(k, m, n)| (k.clone(), m.clone(), *n)),
+        )?,
+    )?;
+    let t = &o.tally;
+    let tally = PyDict::new(py);
+    for (k, v) in [
+        ("non_objects", t.non_objects),
+        ("args_not_object", t.args_not_object),
+        ("duplicate_keys", t.duplicate_keys),
+        ("non_finite", t.non_finite),
+        ("too_deep", t.too_deep),
+        ("invalid_utf8", t.invalid_utf8),
+        ("bad_step_numbers", t.bad_step_numbers),
+    ] {
+        tally.set_item(k, v)?;
+    }
+    let bad_args = PyDict::new(py);
+    for (i, n) in t.bad_args.iter().enumerate() {
+        if *n > 0 {
+            bad_args.set_item(ARG_KEYS[i], *n)?;
+        }
+    }
+    tally.set_item("bad_args", bad_args)?;
+    d.set_item("tally", tally)?;
+    Ok(d)
+}
+
+fn value_error(py: Python<'_>, e: &TraceError) -> PyErr {
+    let err = PyValueError::new_err(e.message.clone());
+    let _ = err.value(py).setattr("offset", e.offset);
+    err
+}
+
+/// Read the trace `path` and write its events to the Parquet file `out` (replaced), with a
+/// first column `rank`: the rows `TraceReader` gives, in file order. Returns the outcome
+/// dict of `TraceReader.result()` plus `rows`, `row_groups`, `begin_end_rows`,
+/// `parquet_bytes` and stage seconds (`parse_s`, `write_s`, `base_scan_s`). Raises
+/// ValueError (with `.offset`) for a file that is not a readable trace; no file is left then.
+#[pyfunction]
+#[pyo3(signature = (path, out, rank, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
+                    min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
+                    max_item_bytes = 1 << 30, compression = "zstd"))]
+#[allow(clippy::too_many_arguments)]
+fn write_raw_events_parquet<'py>(
+    py: Python<'py>,
+    path: &str,
+    out: &str,
+    rank: i32,
+    threads: usize,
+    block_bytes: usize,
+    max_expansion: u64,
+    min_allowance_bytes: u64,
+    max_metadata_value_bytes: usize,
+    max_item_bytes: usize,
+    compression: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let codec = Codec::parse(compression)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
+    let limits = Limits {
+        block_bytes: block_bytes.max(1 << 12),
+        max_expansion,
+        min_allowance_bytes,
+        max_metadata_value_bytes,
+        threads,
+        max_item_bytes,
+        ..Limits::default()
+    };
+    let (input, output) = (Path::new(path).to_path_buf(), Path::new(out).to_path_buf());
+    let got = py.allow_threads(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            write_raw_events(&input, &output, rank, limits, codec)
+        }))
+        .unwrap_or_else(|p| {
+            let _ = std::fs::remove_file(&output);
+            Err(TraceError {
+                message: panic_message(p),
+                offset: None,
+            })
+        })
+    });
+    let (outcome, stats) = got.map_err(|e| value_error(py, &e))?;
+    let d = outcome_dict(py, &outcome)?;
+    d.set_item("rows", stats.rows)?;
+    d.set_item("row_groups", stats.row_groups)?;
+    d.set_item("begin_end_rows", stats.begin_end_rows)?;
+    d.set_item("parquet_bytes", stats.parquet_bytes)?;
+    d.set_item("parse_s", stats.parse_s)?;
+    d.set_item("write_s", stats.write_s)?;
+    d.set_item("base_scan_s", stats.base_scan_s)?;
+    Ok(d)
 }
 
 /// The metadata value `raw` (JSON text) if it decodes within serde_json's depth limit (128),
@@ -246,6 +317,7 @@ fn columns() -> Vec<&'static str> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TraceReader>()?;
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(write_raw_events_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;
     m.add_function(wrap_pyfunction!(arg_aliases, m)?)?;

@@ -201,8 +201,37 @@ pub fn peek_tail_base_ns(path: &Path, tail_bytes: u64) -> Option<i64> {
         .ok()?;
     let mut tail = Vec::new();
     file.take(tail_bytes).read_to_end(&mut tail).ok()?;
+    base_ns_in_tail(&tail)
+}
+
+/// The same guess for a gzip file: its content is decompressed once (within the same
+/// expansion limits as the read) keeping only the last `tail_bytes`. None when the stream
+/// cannot be read to its end.
+pub fn gzip_tail_base_ns(
+    path: &Path,
+    tail_bytes: u64,
+    max_expansion: u64,
+    min_allowance: u64,
+) -> Option<i64> {
+    let mut source = Source::open(path, max_expansion, min_allowance).ok()?;
+    let keep = tail_bytes as usize;
+    let mut buf: Vec<u8> = Vec::with_capacity(keep + (4 << 20));
+    loop {
+        let fill = source.fill(&mut buf, 4 << 20).ok()?;
+        if buf.len() > keep {
+            buf.drain(..buf.len() - keep);
+        }
+        if fill != Fill::More {
+            break;
+        }
+    }
+    base_ns_in_tail(&buf)
+}
+
+/// The value of the last `"baseTimeNanoseconds": N` in `tail`.
+fn base_ns_in_tail(tail: &[u8]) -> Option<i64> {
     let key = b"\"baseTimeNanoseconds\"";
-    let at = memchr::memmem::rfind(&tail, key)? + key.len();
+    let at = memchr::memmem::rfind(tail, key)? + key.len();
     let rest = &tail[at..];
     let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
     let rest = rest.strip_prefix(b":")?;

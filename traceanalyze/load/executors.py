@@ -3,6 +3,9 @@
 An executor takes the ranks to map and returns one `MapOutcome` per rank (map_outcome.py): its
 manifest, or why it failed. Other executors (ray_executor.py: Ray tasks on a cluster) plug in
 by name through executor_registry.py; this module knows none of them.
+
+Small ranks are packed (packing.py): one task maps several ranks in turn. A rank that fails
+inside a pack fails alone; the others' shards stand.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import worker_threads
 from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
 from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
+from traceanalyze.load.packing import map_pack, packs
 from traceanalyze.load.shards import ShardStore
 from traceanalyze.load.stale import pid_alive, sweep_staging
 
@@ -95,15 +99,17 @@ def _worker_terminated(signum, _frame) -> None:
     os._exit(128 + signum)
 
 
-def _map_in_worker(tf: TraceFile, shards_root: str, threads: int | None) -> MapOutcome:
+def _map_in_worker(pack: list[TraceFile], shards_root: str, threads: int | None) -> list[MapOutcome]:
     global _mapping
     _mapping = True
     try:
-        return map_guarded(tf, shards_root, threads)
+        return map_pack(pack, shards_root, threads)
     finally:
         _mapping = False
         if _owner_gone:  # nobody waits for the outcome: the work folder is gone, so is the worker
-            ShardStore(shards_root).drop_unfinished(tf.rank)
+            store = ShardStore(shards_root)
+            for tf in pack:
+                store.drop_unfinished(tf.rank)
             os._exit(128 + signal.SIGTERM)
 
 
@@ -169,12 +175,15 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     threads = worker_threads(workers)
     with _main_not_rerun(), _pool(workers) as pool:
         try:
-            futures = {pool.submit(_map_in_worker, tf, shards_root, threads): tf for tf in files}
-            for n, future in enumerate(as_completed(futures), 1):
-                outcome = future.result()
-                done[outcome.rank] = _announce(outcome, say)
-                if n % 64 == 0:
-                    say(f"mapped {n} of {len(files)} rank(s)")
+            futures = [pool.submit(_map_in_worker, pack, shards_root, threads)
+                       for pack in packs(files, workers)]
+            n = 0
+            for future in as_completed(futures):
+                for outcome in future.result():
+                    done[outcome.rank] = _announce(outcome, say)
+                    n += 1
+                    if n % 64 == 0:
+                        say(f"mapped {n} of {len(files)} rank(s)")
         except BrokenProcessPool:
             return True
         except BaseException:  # interrupted (SIGINT, SIGTERM) or a bug: no map outlives the command

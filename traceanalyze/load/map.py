@@ -1,8 +1,9 @@
 """The map stage: one rank's trace -> its shard (every table that needs only that rank, as Parquet).
 
-`map_rank` runs anywhere (this process, a pool worker, a Ray task, a batch job): it reads the
-trace into a private, memory-limited DuckDB database, builds the per-rank tables
-(db/tables/per_rank/*.sql), writes them under <shards>/rank=N/ and the manifest last.
+`map_rank` runs anywhere (this process, a pool worker, a Ray task, a batch job): the native
+reader writes the rank's events straight into its shard file raw_events.parquet; a private,
+memory-limited DuckDB database builds the per-rank tables (db/tables/per_rank/*.sql) from that
+file, writes them under <shards>/rank=N/ and the manifest last.
 It holds one rank at a time; nothing in it looks at another rank.
 """
 
@@ -12,6 +13,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import duckdb
@@ -22,7 +24,7 @@ from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 from traceanalyze.load.memory import limit_memory, relaxing_memory, staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import base_time_ns, read_rank
+from traceanalyze.load.read import base_time_ns, write_raw_events
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
@@ -32,7 +34,7 @@ from traceanalyze.load.source import estimated_uncompressed_bytes
 # /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict under the limit.
 IN_MEMORY_MAX_BYTES = 64 << 20
 
-# notes of read_rank that are choices we made, not data lost or doubtful
+# notes of the read that are choices we made, not data lost or doubtful
 INFO_KINDS = {"begin-end", "memory-limit-lifted"}
 
 
@@ -54,18 +56,23 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
     try:
         local = _fetched(tf, work)
+        target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
+        target.mkdir(parents=True, exist_ok=True)
         small = estimated_uncompressed_bytes(local.path) <= IN_MEMORY_MAX_BYTES
         con = tracedb.open_quiet(":memory:" if small else work / "rank.duckdb")
         try:
             if threads and not tracedb.chosen_threads():  # (a chosen count applies to the maps too)
                 con.execute(f"SET threads = {int(threads)}")
-            con.execute(f"SET temp_directory = '{work / 'spill'}'")
-            read, notes = _build(con, tf, local)
-            rows, files = _write_tables(con, store, tf.rank, work / "out")
+            con.execute(f"SET temp_directory = '{_sql_text(work / 'spill')}'")
+            read, notes = _build(con, tf, local, target / "raw_events.parquet", threads or 0)
+            t0 = time.process_time()
+            rows, files = _write_tables(con, store, tf.rank, target)
+            read.stage_s["write_tables_cpu"] = time.process_time() - t0
         finally:
             con.close()
         manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes, rows, files)
         manifest["notes"] = notes
+        manifest["stage_s"] = {k: round(v, 4) for k, v in read.stage_s.items()}
         store.write_manifest(tf.rank, manifest)
         return manifest
     except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
@@ -90,12 +97,16 @@ def _fetched(tf: TraceFile, work: Path) -> TraceFile:
     return dataclasses.replace(tf, path=local)
 
 
-def _build(con, tf: TraceFile, local: TraceFile) -> tuple[RankRead, list[str]]:
+def _sql_text(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _build(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> tuple[RankRead, list[str]]:
     tracedb.create_schema(con)
     tracedb.create_macros(con)
     limit_memory(con, estimated_uncompressed_bytes(local.path))
     try:
-        read = read_rank(con, local)
+        read = write_raw_events(con, local, raw_path, threads)
     except TraceanalyzeError as exc:
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
             raise TraceanalyzeError(exc.problem, tf.url) from None
@@ -103,6 +114,7 @@ def _build(con, tf: TraceFile, local: TraceFile) -> tuple[RankRead, list[str]]:
     _insert_rank(con, tf, read)
     _record_issues(con, tf, read)
     memory_notes: list[tuple[str, str]] = []
+    t0 = time.process_time()
     relaxing_memory(con, lambda: _in_one_transaction(
         con, lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files())), memory_notes)
     file = tf.url or str(tf.path)
@@ -110,6 +122,7 @@ def _build(con, tf: TraceFile, local: TraceFile) -> tuple[RankRead, list[str]]:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, 'info', ?, NULL)",
                         [(tf.rank, file, kind, message) for kind, message in memory_notes])
     _record_event_issues(con)
+    read.stage_s["tables_cpu"] = time.process_time() - t0
     return read, [kind for kind, _, _ in read.notes]
 
 
@@ -180,21 +193,21 @@ def _record_event_issues(con) -> None:
     """)
 
 
-def _write_tables(con, store: ShardStore, rank: int, out: Path) -> tuple[dict[str, int], dict[str, dict]]:
-    """Every per-rank table as Parquet: straight into a local shard folder, else uploaded.
-    Returns the row count of each table and the size and hash of each file (the manifest's)."""
-    target = out if store.remote else Path(store.rank_dir(rank))
-    target.mkdir(parents=True, exist_ok=True)
+def _write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
+    """Every per-rank table as Parquet in `target` (raw_events.parquet is there already): the
+    local shard folder, or a private one uploaded from. Returns the row count of each table and
+    the size and hash of each file (the manifest's)."""
     rows, files = {}, {}
     for table in SHARD_TABLES:
         (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
-        path = str(target / f"{table}.parquet").replace("'", "''")
-        con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+        if table != "raw_events":
+            path = _sql_text(target / f"{table}.parquet")
+            con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
         files[f"{table}.parquet"] = file_entry(target / f"{table}.parquet")
     if store.remote:
         fs = store.fs()
         for table in SHARD_TABLES:
-            fs.put_file(str(out / f"{table}.parquet"), store.table_path(rank, table))
+            fs.put_file(str(target / f"{table}.parquet"), store.table_path(rank, table))
     return rows, files
 
 

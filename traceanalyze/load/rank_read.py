@@ -20,3 +20,5 @@ class RankRead:
     truncated_at_byte: int | None = None  # uncompressed offset of the cut, when truncated
     lost_bytes: int = 0
     notes: list[tuple[str, str, int | None]] = field(default_factory=list)  # (kind, message, count)
+    # seconds per stage: *_cpu the process's CPU time (all its threads), *_wall elapsed
+    stage_s: dict[str, float] = field(default_factory=dict)

@@ -1,9 +1,10 @@
 """The maps as Ray tasks on the user's cluster; the reduce stays on the driver.
 
 `ray.init(address=...)` joins the cluster named by --ray-address or RAY_ADDRESS (a local one is
-started when neither is set). Each rank's map is one task (1 CPU) writing its shard to the
-shard folder, which every node must reach: object storage (s3://...) or a shared filesystem.
-A task whose worker dies is retried once by Ray, then reported as that rank's failure.
+started when neither is set). Each pack of ranks (packing.py: small ranks together) is one
+task (1 CPU) writing their shards to the shard folder, which every node must reach: object
+storage (s3://...) or a shared filesystem. A task whose worker dies is retried once by Ray, then
+reported as the failure of its ranks.
 
 When the driver is interrupted (SIGINT, SIGTERM), its unfinished tasks are cancelled with
 force (Ray kills their worker processes); the work folders those leave on this host are
@@ -18,7 +19,8 @@ from collections.abc import Callable
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
+from traceanalyze.load.map_outcome import MapOutcome, trace_name
+from traceanalyze.load.packing import map_pack, packs
 
 Progress = Callable[[str], None]
 
@@ -41,25 +43,26 @@ def run_on_ray(files: list[TraceFile], shards_root: str, say: Progress, *, worke
     refs: dict = {}
     outcomes: dict[int, MapOutcome] = {}
     try:
-        task = ray.remote(num_cpus=1, max_retries=1)(map_guarded)
-        for tf in files:
-            refs[task.remote(tf, shards_root, 1)] = tf
-        say(f"mapping {len(files)} rank(s) as Ray tasks")
+        task = ray.remote(num_cpus=1, max_retries=1)(map_pack)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        for pack in packs(files, cpus):
+            refs[task.remote(pack, shards_root, 1)] = pack
+        say(f"mapping {len(files)} rank(s) as {len(refs)} Ray task(s)")
         waiting = list(refs)
         while waiting:
             ready, waiting = ray.wait(waiting, num_returns=min(len(waiting), 64))
             for ref in ready:
-                tf = refs[ref]
                 try:
-                    outcomes[tf.rank] = ray.get(ref)
+                    outcomes.update((o.rank, o) for o in ray.get(ref))
                 except ray.exceptions.RayError as exc:  # the worker died, the node was lost, ...
                     message = " ".join(str(exc).split())[:300]
-                    outcomes[tf.rank] = MapOutcome(tf.rank, trace_name(tf), None,
-                                                   f"the Ray task failed ({message})")
+                    outcomes.update((tf.rank, MapOutcome(tf.rank, trace_name(tf), None,
+                                                         f"the Ray task failed ({message})"))
+                                    for tf in refs[ref])
         return [outcomes[tf.rank] for tf in files]
     except BaseException:
-        _cancel(ray, [ref for ref, tf in refs.items() if tf.rank not in outcomes], files, shards_root,
-                set(outcomes))
+        _cancel(ray, [ref for ref, pack in refs.items() if any(tf.rank not in outcomes for tf in pack)],
+                files, shards_root, set(outcomes))
         raise
     finally:
         if started_here:

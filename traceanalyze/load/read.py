@@ -1,15 +1,19 @@
 """One rank's trace file -> its rows of `raw_events` (through the native reader).
 
-`traceanalyze._native.TraceReader` (Rust, native/) streams the file (plain or gzip) and decodes
-every event into typed Arrow columns, times exact from the decimal text; DuckDB scans that
-stream straight into `raw_events` (Arrow C stream, no copy, no staging file). This module adds
-the rank, checks the time base, turns B/E pairs into X events and words the reader's counts
-as load issues. It is the only module that knows the native reader.
+`traceanalyze._native` (Rust, native/) streams the file (plain or gzip) and decodes every event
+into typed Arrow columns, times exact from the decimal text. The map writes them straight into
+the rank's shard file `raw_events.parquet` (`write_raw_events`: the reader encodes the row
+groups itself, no database holds the rows) and the per-rank tables read that file;
+`read_rank` instead scans the reader's Arrow C stream into a database's `raw_events` table.
+This module adds the rank, checks the time base, turns B/E pairs into X events and words the
+reader's counts as load issues. It is the only module that knows the native reader.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import duckdb
 
@@ -26,6 +30,8 @@ TIME_LIMIT_NS = 1 << 62
 
 # decompressed bytes the reader takes at a time (the events of a block are decoded in parallel)
 BLOCK_BYTES = 8 << 20
+# how the reader compresses raw_events.parquet (see docs/loading.md for the measurements)
+RAW_EVENTS_COMPRESSION = "zstd"
 
 def base_time_ns(metadata: dict) -> int:
     """Newer Kineto writes `ts` relative to `baseTimeNanoseconds`; older traces are absolute."""
@@ -71,6 +77,53 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
     notes += be_notes
     return RankRead(metadata, out["events"] - pairs, out["events_bytes"], out["truncated_at_byte"],
                     out["lost_bytes"], notes)
+
+
+def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, threads: int = 0) -> RankRead:
+    """Parse `tf` into the Parquet file `out` (the shard's raw_events.parquet, rank =
+    tf.rank) and make `raw_events` of `con` a view over it. Raises TraceFormatError (one line,
+    the file and the byte offset) for a file that is not a readable trace; `out` is then gone.
+
+    Rows that need a second look (B/E pairs, a time base learned after the events, a Perfetto
+    protobuf trace) are fixed in `con`'s `raw_events` table and written out by DuckDB instead."""
+    if is_protobuf(tf.path):
+        read = read_rank(con, tf, threads)
+        _copy_out(con, out)
+        return read
+    cpu0 = time.process_time()
+    try:
+        out_dict = _native.write_raw_events_parquet(str(tf.path), str(out), tf.rank, threads=threads,
+                                                    block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION)
+    except ValueError as exc:
+        raise TraceFormatError(str(exc), str(tf.path)) from None
+    notes: list[tuple[str, str, int | None]] = list(out_dict["notes"])
+    metadata = _metadata(out_dict["metadata"], notes)
+    notes += _tally_notes(out_dict["tally"])
+    shift = base_time_ns(metadata) - out_dict["base_ns"]
+    stages = {"read_parse_write_cpu": time.process_time() - cpu0,
+              "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"]}
+    source = f"read_parquet('{_sql_text(out)}')"
+    pairs = 0
+    if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
+        con.execute(f"INSERT INTO raw_events SELECT * FROM {source}")
+        if shift:
+            _shift_times(con, tf.rank, shift)
+        pairs, be_notes = _convert_begin_end(con, tf.rank)
+        notes += be_notes
+        _copy_out(con, out)
+    con.execute("DROP TABLE raw_events")
+    con.execute(f"CREATE VIEW raw_events AS SELECT * FROM {source}")
+    return RankRead(metadata, out_dict["events"] - pairs, out_dict["events_bytes"], out_dict["truncated_at_byte"],
+                    out_dict["lost_bytes"], notes, stages)
+
+
+def _sql_text(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _copy_out(con, out: Path) -> None:
+    """`raw_events` as the Parquet file `out`, in the table's row order."""
+    con.execute(f"COPY raw_events TO '{_sql_text(out)}' (FORMAT parquet, COMPRESSION zstd)")
 
 
 def _metadata(items: list[tuple[str, str]], notes: list) -> dict:

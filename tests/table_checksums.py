@@ -1,0 +1,84 @@
+"""Order-independent checksums of every table of a trace database, to compare two loaders.
+
+Each table gives (rows, digest): the digest is the sum, modulo 2**128, of the SHA-256 of every
+row's repr (exact ints, strings as stored), so row order does not count but every value does.
+What depends on where the repository lies is left out: the repository's folder in strings reads
+`<root>`, and file modification times (`*_mtime_ns`) are not hashed. `load_meta` (the
+fingerprint of paths and times) is not compared.
+
+    python tests/table_checksums.py > tests/data/table_checksums.json
+
+wrote the reference from the loader before the native reader wrote the raw_events shard itself
+(commit 55c1711: the reader's Arrow stream inserted into a private DuckDB database).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIPPED_TABLES = {"load_meta"}
+
+
+def _normalized(value, root: str):
+    if isinstance(value, str):
+        return value.replace(root, "<root>")
+    if isinstance(value, list):
+        return [_normalized(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalized(v, root) for k, v in value.items()}
+    return value
+
+
+def table_checksums(db_path: Path, root: Path = ROOT) -> dict[str, list]:
+    """{table: [rows, hex digest]} for every table and view of the database."""
+    out = {}
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        tables = [t for (t,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1").fetchall()
+            if t not in SKIPPED_TABLES]
+        for table in tables:
+            cols = [c for (c,) in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?"
+                " ORDER BY ordinal_position", [table]).fetchall() if not c.endswith("_mtime_ns")]
+            select = ", ".join(f'"{c}"' for c in cols)
+            total, rows = 0, 0
+            for row in con.execute(f'SELECT {select} FROM "{table}"').fetchall():
+                text = repr(tuple(_normalized(v, str(root)) for v in row)).encode()
+                total = (total + int.from_bytes(hashlib.sha256(text).digest()[:16], "big")) % (1 << 128)
+                rows += 1
+            out[table] = [rows, f"{total:032x}"]
+    return out
+
+
+def corpus() -> list[Path]:
+    """Every fixture folder holding traces: fixtures/ddp/* and fixtures/real/*."""
+    dirs = []
+    for parent in (ROOT / "fixtures" / "ddp", ROOT / "fixtures" / "real"):
+        dirs += sorted(p for p in parent.iterdir() if p.is_dir() and any(
+            q.name.endswith((".json", ".json.gz")) and q.name != "expected.json" for q in p.rglob("*")))
+    return dirs
+
+
+def load_checksums(folder: Path) -> dict:
+    """The checksums of `folder` loaded into a fresh database, or the load's one-line error."""
+    from traceanalyze.errors import TraceanalyzeError
+    from traceanalyze.load import load_trace_dir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            load_trace_dir(folder, Path(tmp) / "trace.duckdb", workers=1)
+        except TraceanalyzeError as exc:
+            return {"error": _normalized(str(exc), str(ROOT))}
+        return table_checksums(Path(tmp) / "trace.duckdb")
+
+
+if __name__ == "__main__":
+    json.dump({str(d.relative_to(ROOT)): load_checksums(d) for d in corpus()}, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
