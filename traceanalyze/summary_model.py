@@ -20,7 +20,7 @@ from traceanalyze.findings import Finding
 
 SCHEMA_ID = "traceanalyze.summary/1"
 SCHEMA_PATH = Path(__file__).parent / "output" / "summary.schema.json"
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
 
 R = TypeVar("R", bound="_Record")
 

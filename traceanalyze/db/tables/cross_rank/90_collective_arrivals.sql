@@ -73,7 +73,7 @@ groups AS (
            sum(ns) FILTER (WHERE phase IN ('data_wait', 'h2d')) AS input_ns,
            sum(ns) FILTER (WHERE phase IN ('forward', 'backward', 'optimizer')) AS compute_ns,
            sum(ns) FILTER (WHERE phase = 'other') AS host_ns,
-           sum(ns) FILTER (WHERE phase = 'comm_exposed') AS comm_ns
+           sum(ns) FILTER (WHERE phase IN ('comm_exposed', 'pipeline_wait')) AS comm_ns
     FROM before_arrival GROUP BY rank, step, peer
 ),
 excess AS (
