@@ -15,7 +15,8 @@ a rank of several groups (a device mesh: `mesh_tp`, `mesh_dp`, ...) leaves its g
   and the nearest end of a same-(op, bytes) row on that member. The group with the smallest
   score wins (ties: the smaller group, then the earlier created).
 * a send / recv names its peer as a rank of its group: its group is the one whose rank at
-  that position has the opposite transfer of the same size ending nearest.
+  that position has opposite transfers of the same size that name this rank (as a rank of
+  the same group), ending nearest (the median over the rank's transfers to that peer).
 
 Decided rows get `group_source = 'inferred'` and a `group-inferred` load issue per rank;
 rows no candidate fits keep the rank's largest group with `group_source = 'unknown'` and a
@@ -52,6 +53,16 @@ def _ends_by_signature(con) -> dict[tuple[int, str, int | None], list[int]]:
     return out
 
 
+def _p2p_ends(con) -> dict[tuple[int, str, int | None, int], list[int]]:
+    """(rank, op, bytes, peer as a group rank) -> sorted ends of the rank's send / recv rows."""
+    out: dict[tuple[int, str, int | None, int], list[int]] = defaultdict(list)
+    for rank, op, size, peer, end in con.execute("""
+            SELECT rank, op, bytes, peer_group_rank, end_ns FROM collectives
+            WHERE kind = 'p2p' AND peer_group_rank IS NOT NULL ORDER BY rank, op, bytes, peer_group_rank, end_ns""").fetchall():
+        out[(rank, op, size, peer)].append(end)
+    return out
+
+
 def _nearest_gap(ends: list[int] | None, t: int) -> float:
     if not ends:
         return NO_MATCH
@@ -77,6 +88,7 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
         return
     groups = _groups_of_ranks(con)
     ends = _ends_by_signature(con)
+    p2p_ends = _p2p_ends(con)
     units: dict[tuple[int, str], list[tuple[str, int | None, int]]] = defaultdict(list)
     p2p_rows = []
     for rank, tid, op, kind, size, ts, end, peer in con.execute("""
@@ -101,18 +113,25 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
         if finite:
             decided_units[(rank, tid)] = finite[0][-1]
             taken.setdefault((rank, finite[0][-1]), set()).update(signature)
-    decided_rows = []
+    # send / recv: decided per (rank, thread, op, peer, size): the group where the peer's
+    # opposite transfers of that size end nearest, over all of them (one transfer alone is noisy)
+    p2p_units: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     for rank, tid, op, size, ts, end, peer in p2p_rows:
+        p2p_units[(rank, tid, op, peer, size)].append((ts, end))
+    decided_rows = []
+    for (rank, tid, op, peer, size), rows in sorted(p2p_units.items(), key=lambda kv: tuple(map(str, kv[0]))):
         choice = decided_units.get((rank, tid))
         if choice is None and peer is not None:
             scored = []
             for name, members, index in groups.get(rank, []):
                 if 0 <= peer < len(members) and members[peer] != rank:
-                    gap = _nearest_gap(ends.get((members[peer], P2P_OPPOSITE.get(op, op), size)), end)
+                    # the peer's opposite transfers that name this rank, as a rank of the same group
+                    theirs = p2p_ends.get((members[peer], P2P_OPPOSITE.get(op, op), size, members.index(rank)))
+                    gap = statistics.median(_nearest_gap(theirs, end) for _, end in rows)
                     scored.append((gap, len(members), index, name))
             choice = _pick(scored)
         if choice is not None:
-            decided_rows.append((rank, tid, ts, end, choice))
+            decided_rows.extend((rank, tid, ts, end, choice) for ts, end in rows)
     con.execute("CREATE OR REPLACE TEMP TABLE _unit_groups (rank INTEGER, run_tid VARCHAR, pg_name VARCHAR)")
     con.execute("CREATE OR REPLACE TEMP TABLE _row_groups "
                 "(rank INTEGER, run_tid VARCHAR, ts_ns BIGINT, end_ns BIGINT, pg_name VARCHAR)")
@@ -167,7 +186,7 @@ def _record_issues(con) -> None:
     con.execute("""
         INSERT INTO load_issues
         SELECT c.rank, r.file, 'group-inferred', 'info',
-               'gloo collectives carry no process group; assigned to groups '
+               'gloo collectives and send / recv carry no process group; assigned to groups '
                || string_agg(DISTINCT c.process_group || coalesce(' (' || c.pg_desc || ')', ''), ', '
                              ORDER BY c.process_group || coalesce(' (' || c.pg_desc || ')', ''))
                || ' told apart by matching the call order, message sizes and ends of the ranks sharing each group',

@@ -98,6 +98,7 @@ SELECT
     e.input_excess_ns::BIGINT AS input_excess_ns,      -- extra data_wait + h2d before arriving, vs the other ranks' median, ns
     e.compute_excess_ns::BIGINT AS compute_excess_ns,  -- extra forward + backward + optimizer before arriving, ns
     e.host_excess_ns::BIGINT AS host_excess_ns,        -- extra host work outside the model (phase other), ns
-    e.comm_excess_ns::BIGINT AS comm_excess_ns         -- extra time in earlier collectives, ns
+    e.comm_excess_ns::BIGINT AS comm_excess_ns,        -- extra time in earlier collectives and send / recv, ns
+    (w.late_ns - greatest(coalesce(e.comm_excess_ns, 0), 0))::BIGINT AS own_late_ns  -- late_ns less that extra communication: the lateness of the rank's own making; a rank late only because it waited for a rank of another group (tensor, pipeline) has little, ns
 FROM worst AS w LEFT JOIN excess AS e USING (rank, step)
 ORDER BY w.step, w.rank;
