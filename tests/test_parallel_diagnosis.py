@@ -155,3 +155,36 @@ def test_pipeline_bubble_shows_as_pipeline_wait(analysed):
         wait = metrics["phases_ms"]["pipeline_wait"]
         rounding = 0.001  # (summary ms have 3 decimals)
         assert recv_ms - rounding <= wait <= recv_ms + calls_ms + rounding, (rank, wait, recv_ms, calls_ms)
+
+
+def test_pipeline_bubble_with_one_microbatch(analysed):
+    expected = _expected("pp2_bubble")
+    stages, micro = expected["injected"]["stages"], expected["injected"]["microbatches"]
+    summary, _ = analysed("pp2_bubble")
+    (f,) = [f for f in summary["findings"] if f["rule"] == "pipeline-bubble"]
+    assert f["ranks"] == list(range(expected["world_size"]))   # every stage waits
+    assert (f["evidence"]["stages"], f["evidence"]["microbatches"]) == (stages, micro)
+    assert f["evidence"]["ideal_bubble_pct"] == pytest.approx(100 * (stages - 1) / (micro + stages - 1))
+    # the cost is the median rank's mean pipeline_wait per step
+    waits = sorted(r["metrics"]["phases_ms"]["pipeline_wait"] for r in summary["ranks"])
+    assert f["cost"]["ms_per_step"] == pytest.approx((waits[0] + waits[1]) / 2, abs=0.01)
+
+
+def test_slow_pipeline_stage_is_the_root_cause_of_the_bubble(analysed):
+    expected = _expected("pp2_dp2_unbalanced")
+    slow = expected["injected"]["slow_stage"]
+    slow_ranks = sorted(int(r) for r, info in expected["layout"]["ranks"].items() if info["coords"]["pp"] == slow)
+    summary, _ = analysed("pp2_dp2_unbalanced")
+    (f,) = [f for f in summary["findings"] if f["rule"] == "pipeline-stage-imbalance"]
+    assert f["ranks"] == slow_ranks and f["evidence"]["slow_stage"] == slow
+    # the bubble it causes is folded into it: one finding per root cause
+    assert "pipeline-bubble" in [e["rule"] for e in f["evidence"].get("explains", [])]
+    assert not [g for g in summary["findings"] if g["rule"] == "pipeline-bubble"]
+
+
+@pytest.mark.parametrize("scenario", ["dp2_tp2_balanced", "dp2_tp2_tp_straggler", "ep_all_to_all",
+                                      "fsdp2_annotated_input_straggler"])
+def test_no_pipeline_finding_without_a_pipeline(scenario, analysed):
+    summary, _ = analysed(scenario)
+    assert not [f for f in summary["findings"] if f["rule"].startswith("pipeline-")]
+    assert all(r["metrics"]["phases_ms"]["pipeline_wait"] == 0 for r in summary["ranks"])

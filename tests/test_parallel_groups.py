@@ -215,3 +215,24 @@ def test_a_job_without_send_recv_shows_no_pipeline_column(tmp_path):
     with analyze(folder) as a:
         assert all(r["metrics"]["phases_ms"]["pipeline_wait"] == 0 for r in a.summary_dict["ranks"])
         assert "pipe" not in a.verdict.split("Phases (mean ms)")[1].splitlines()[0]
+
+
+def test_nccl_p2p_args_give_the_peer_through_the_groups_ranks_and_seq(tmp_path):
+    """Newer NCCL traces: record_param_comms of a send names the group, its ranks, the
+    destination as a rank of the group ('Dst Rank') and the group's sequence number ('Seq')."""
+    def comms(name, peer_key, peer, seq):
+        return ["event", 10, 2, {"name": "record_param_comms", "args": {
+            "Collective name": name, "Process Group Name": "5", "Process Group Description": "mesh_pp",
+            "Process Group Ranks": "[0, 2]", "Group size": 2, "In msg nelems": 1024, "Out msg nelems": 1024,
+            "dtype": "Float", peer_key: peer, "Seq": seq}}]
+    spec = {"ranks": 4, "steps": 2, "step_ms": 50, "loaded_ranks": [0, 2], "world_size": 4,
+            "rank_timelines": {0: [["forward", 0, 8], comms("send", "Dst Rank", 1, 7)],
+                               2: [comms("recv", "Src Rank", 0, 7), ["forward", 14, 8]]}}
+    db = _load(spec, tmp_path)
+    rows = _query(db, """SELECT rank, op, kind, process_group, pg_desc, group_ranks, group_source, peer_group_rank,
+                                peer, trace_seq, bytes FROM collectives ORDER BY rank, ts_ns""")
+    # 'Dst Rank' 1 of group [0, 2] is global rank 2; 'Src Rank' 0 is global rank 0
+    assert rows == [(0, "send", "p2p", "5", "mesh_pp", [0, 2], "trace", 1, 2, 7, 4096)] * 2 + \
+                   [(2, "recv", "p2p", "5", "mesh_pp", [0, 2], "trace", 0, 0, 7, 4096)] * 2
+    groups = _query(db, "SELECT process_group, ranks, dimension, p2p FROM process_groups")
+    assert groups == [("5", [0, 2], "pipeline", 4)]
