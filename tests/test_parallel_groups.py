@@ -236,3 +236,20 @@ def test_nccl_p2p_args_give_the_peer_through_the_groups_ranks_and_seq(tmp_path):
                    [(2, "recv", "p2p", "5", "mesh_pp", [0, 2], "trace", 0, 0, 7, 4096)] * 2
     groups = _query(db, "SELECT process_group, ranks, dimension, p2p FROM process_groups")
     assert groups == [("5", [0, 2], "pipeline", 4)]
+
+
+def test_collectives_with_seq_are_matched_by_it_not_by_order(tmp_path):
+    """Rank 0's trace lacks the all-reduce with Seq 3 that rank 1 recorded: matched by order,
+    rank 0's Seq 4 would meet rank 1's Seq 3; matched by Seq it meets rank 1's Seq 4."""
+    def allreduce(start_ms, seq):
+        return ["event", start_ms, 2, {"name": "record_param_comms", "args": {
+            "Collective name": "allreduce", "Process Group Name": "0", "Process Group Ranks": "[0, 1]",
+            "Group size": 2, "In msg nelems": 256, "dtype": "Float", "Seq": seq}}]
+    spec = {"ranks": 2, "steps": 2, "step_ms": 50,
+            "rank_timelines": {0: [["forward", 0, 20], allreduce(30, 4)],
+                               1: [["forward", 0, 5], allreduce(10, 3), allreduce(25, 4)]}}
+    db = _load(spec, tmp_path)
+    rows = _query(db, """SELECT step, rank, op_index, arrival_rel_ns, late_ns FROM collective_arrivals
+                         ORDER BY step, rank""")
+    # Seq 4: rank 0 arrives at 30 ms, rank 1 at 25 ms; the lower median is 25 ms
+    assert rows == [(s, r, 4, at * 1_000_000, late * 1_000_000) for s in (2, 3) for r, at, late in ((0, 30, 5), (1, 25, 0))]

@@ -1,6 +1,6 @@
 """The parallelism layout of the job (summary.json `layout`) from the `process_groups` table.
 
-Each group carries a dimension (db/tables/cross_rank/20_process_groups.sql); the groups of
+Each group carries a dimension (db/tables/cross_rank/87_process_groups.sql); the groups of
 one dimension partition the ranks, and a rank's coordinate on it is its position in its
 group. Groups of the whole job count only when no smaller group carries a dimension (a
 DDP or FSDP job over every rank). See docs/parallelism.md.

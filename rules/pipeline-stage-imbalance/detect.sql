@@ -41,4 +41,4 @@ SELECT
 FROM ends AS e JOIN per_stage AS s ON s.stage = e.slow_stage
 WHERE e.n_stages >= 2 AND e.fast_ns > 0 AND e.step_ns > 0
   AND 100.0 * (e.slow_ns - e.fast_ns) / e.step_ns >= $min_imbalance_pct
-  AND e.slow_ns >= $min_ratio * e.fast_ns;
+  AND e.slow_ns >= $min_compute_ratio * e.fast_ns;

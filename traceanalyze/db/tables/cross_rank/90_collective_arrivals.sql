@@ -6,11 +6,12 @@
 -- late by exactly that much. Point-to-point send/recv are not group collectives and are
 -- left out.
 
--- One row per rank and group collective instance; the same (step, process_group, op, op_index) on every rank is the same collective.
+-- One row per rank and group collective instance; the same (step, process_group, op, op_index) on every rank of the group is the same collective.
 CREATE OR REPLACE TABLE collective_arrivals AS
 WITH keyed AS (
     SELECT c.rank, c.step, c.process_group, c.op, c.bytes, c.ts_ns, c.end_ns, c.dur_ns, c.source,
-           row_number() OVER (PARTITION BY c.rank, c.step, c.process_group, c.op ORDER BY c.ts_ns) - 1 AS op_index,
+           coalesce(c.trace_seq,   -- the group's own sequence number where the trace has it (newer NCCL), else the order
+                    row_number() OVER (PARTITION BY c.rank, c.step, c.process_group, c.op ORDER BY c.ts_ns, c.end_ns) - 1) AS op_index,
            c.ts_ns - s.ts_ns AS arrival_rel_ns,
            c.end_ns - s.ts_ns AS end_rel_ns
     FROM collectives AS c JOIN steps AS s USING (rank, step)
@@ -29,7 +30,7 @@ SELECT
     k.step,                                 -- ProfilerStep N
     k.process_group,                        -- process group name
     k.op,                                   -- all_reduce, barrier, ...
-    k.op_index,                             -- 0-based order of this op within the step and process group
+    k.op_index,                             -- 0-based order of this op within the step and process group; args.Seq (the group's sequence number) where the trace has it, so a collective one rank did not record shifts nothing
     k.bytes,                                -- payload bytes, NULL when unknown
     k.source,                               -- nccl_kernel | gloo_annotation | record_param_comms
     k.ts_ns,                                -- arrival on the rank's own clock, ns
