@@ -10,6 +10,10 @@ A spec describes what the training loop does in each step, in ms from the step s
     clock_offset_ms: {3: 7000}   # rank 3's clock runs 7 s ahead
     world_size: 8            # distributedInfo world_size, when larger than the ranks written
     loaded_ranks: [0, 1]     # write only these ranks' files (a partial world)
+    groups:                  # distributedInfo.pg_config: each rank lists the groups holding it
+      - {name: '0', desc: default_pg, ranks: [0, 1, 2, 3]}
+      - {name: '1', desc: mesh_tp, ranks: [0, 1]}
+    ranks_as_text: true      # write pg_config ranks as a string ('[0, 1]'), as on-demand traces do
     profiler_steps: false    # no ProfilerStep#N events (recorded without a schedule)
     timeline:                # every rank, every step: [kind, start_ms, dur_ms, {options}]
       - [data, 0, 5]
@@ -24,9 +28,12 @@ Kinds: data (DataLoader __next__; options: workers, true for _MultiProcessingDat
 node; options: nodes [1], that many back-to-back nodes instead), optimizer (Optimizer.step),
 op (a CPU op, options: name), all_reduce / barrier / all_gather / broadcast / reduce_scatter
 (a gloo:* annotation on a pt_gloo_runloop thread plus a 50 us c10d call on the training thread
-at call_ms; options: call, the c10d op's name, e.g. _allgather_base_ as FSDP2 calls it; gloo
+at call_ms; options: call, the c10d op's name, e.g. _allgather_base_ as FSDP2 calls it; tid, the
+runloop thread [200] (gloo gives every process group threads of its own); gloo
 runs a reduce_scatter as a gloo:all_reduce of its input, the whole tensor, of `bytes`),
-kernel / nccl (GPU kernels with their cudaLaunchKernel; options: name, stream, launch_ms,
+send / recv (a gloo:send / gloo:recv annotation on the training thread from the call to the
+end of the transfer, inside a c10d::send / c10d::recv_ op whose third argument is `peer`, a
+rank of the group), kernel / nccl (GPU kernels with their cudaLaunchKernel; options: name, stream, launch_ms,
 launch_us, count, every_ms), memcpy (options: kind, bytes), sync (a cudaStreamSynchronize
 call; options: name), memory (a [memory] event; options: total_allocated_bytes, device_type,
 bytes [4096], addr [1]), event (any complete event; options: name, cat [cpu_op], tid [the
@@ -101,10 +108,16 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
                                   "Total Reserved": _at(opts["total_allocated_bytes"], si)}})
     elif kind in COLLECTIVES:
         numel = int(_at(opts.get("bytes", 4096), si)) // 4
-        r.x(f"gloo:{GLOO_RUNS.get(kind, kind)}", "user_annotation", t, d, GLOO_TID,
+        r.x(f"gloo:{GLOO_RUNS.get(kind, kind)}", "user_annotation", t, d, int(opts.get("tid", GLOO_TID)),
             **{"Input Dims": [[numel]], "Input type": [opts.get("dtype", "float")]})
         call = _at(opts["call_ms"], si) * 1000 + opts["_step_start_us"] if "call_ms" in opts else t
         r.x(f"c10d::{opts.get('call', COLLECTIVES[kind])}", "cpu_op", call, 50.0, MAIN_TID)
+    elif kind in ("send", "recv"):
+        numel = int(_at(opts.get("bytes", 4096), si)) // 4
+        r.x(f"c10d::{'send' if kind == 'send' else 'recv_'}", "cpu_op", t, d, MAIN_TID,
+            **{"Concrete Inputs": ["", "", str(_at(opts["peer"], si)), "0"]})
+        r.x(f"gloo:{kind}", "user_annotation", t + min(20.0, d / 4), d - min(20.0, d / 4), MAIN_TID,
+            **{"Input Dims": [[numel]], "Input type": [opts.get("dtype", "float")]})
     else:
         raise ValueError(f"unknown event kind {kind!r}")
 
@@ -162,6 +175,13 @@ def rank_trace(spec: dict, rank: int) -> dict:
     trace: dict[str, Any] = {"schemaVersion": 1,
                              "distributedInfo": {"backend": "nccl" if spec.get("gpu") else "gloo",
                                                  "rank": rank, "world_size": int(spec.get("world_size", ranks))}}
+    if spec.get("groups"):
+        mine = [g for g in spec["groups"] if rank in g["ranks"]]
+        trace["distributedInfo"]["pg_count"] = len(spec["groups"])
+        trace["distributedInfo"]["pg_config"] = [
+            {"pg_name": str(g["name"]), "pg_desc": g.get("desc", "undefined"), "backend_config": "cpu:gloo",
+             "pg_size": len(g["ranks"]), "ranks": str(g["ranks"]) if spec.get("ranks_as_text") else g["ranks"]}
+            for g in mine]
     if spec.get("gpu"):  # Kineto writes deviceProperties before traceEvents
         trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA Test GPU"}]
     trace["traceEvents"] = r.events

@@ -13,7 +13,7 @@ import duckdb
 
 from traceanalyze.errors import TraceError
 
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
 REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
                    "step_comm", "step_waits", "step_batches")
 

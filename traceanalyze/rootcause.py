@@ -90,8 +90,10 @@ def _fold(specific: Finding, general: Finding) -> Finding:
               "evidence": {k: v for k, v in general.evidence.items() if k != "events"}}
     evidence = dict(specific.evidence)
     evidence["explains"] = [*evidence.get("explains", []), folded]
+    # `ranks` names the culprits: the specific finding's own ranks; the general finding's (the
+    # ranks a job-wide symptom touches, the ranks that wait) stay under evidence.explains
     return replace(specific, severity=_max_severity(specific.severity, general.severity),
-                   ranks=tuple(sorted(set(specific.ranks) | set(general.ranks))),
+                   ranks=tuple(sorted(specific.ranks)) if specific.ranks else tuple(sorted(general.ranks)),
                    steps=tuple(sorted(set(specific.steps) | set(general.steps))),
                    cost=_cost_once(specific.cost, general.cost), evidence=evidence)
 

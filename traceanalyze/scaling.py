@@ -54,7 +54,7 @@ DEFINITIONS = {
     "expected_phases_ms": "baseline phase time x (per-rank samples at W / per-rank samples at W0)",
     "lost_ms": "actual phase time - expected phase time; sums to the mean rank step time - ideal step time",
     "wait": "time blocked in collectives waiting for the last rank (largest wait_for_last of the step)",
-    "communication": "exposed communication (comm_exposed) minus wait",
+    "communication": "exposed communication (comm_exposed and pipeline_wait) minus wait",
 }
 
 # Per (rank, step): samples and tokens of the step, summed over its forward passes (micro-batches).
@@ -67,7 +67,7 @@ FROM step_batches AS b JOIN aligned_steps USING (step)
 PHASES_SQL = """
 SELECT p.rank, p.step, p.dur_ns,
        p.data_wait_ns, p.h2d_ns, p.forward_ns, p.backward_ns, p.optimizer_ns,
-       p.comm_exposed_ns - w.exposed_wait_ns AS communication_ns,
+       p.comm_exposed_ns + p.pipeline_wait_ns - w.exposed_wait_ns AS communication_ns,
        w.exposed_wait_ns AS wait_ns,
        p.other_ns
 FROM step_phases AS p

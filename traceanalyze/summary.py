@@ -19,6 +19,7 @@ import duckdb
 from traceanalyze.version import __version__
 from traceanalyze.diagnose import Diagnosis
 from traceanalyze.judge import judgement
+from traceanalyze.layout import parallel_layout
 from traceanalyze.metrics import (
     PHASES,
     median,
@@ -108,6 +109,7 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
         "tool_version": __version__,
         "trace_dir": str(trace_dir),
         "world_size": _world_size(con),
+        "layout": parallel_layout(con, _world_size(con)),
         "ranks": ranks,
         "rank_distribution": rank_distribution(ranks, steps),
         "detail_ranks": sorted(detail),

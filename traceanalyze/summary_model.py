@@ -22,7 +22,7 @@ from traceanalyze.output.atomic import write_text_atomic
 
 SCHEMA_ID = "traceanalyze.summary/1"
 SCHEMA_PATH = Path(__file__).parent / "output" / "summary.schema.json"
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "other")
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
 
 R = TypeVar("R", bound="_Record")
 

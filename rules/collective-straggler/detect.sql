@@ -2,12 +2,12 @@
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
-ranked AS (
+ranked AS (    -- by own lateness: a rank late because it waited at another group's collective is a victim
     SELECT l.*, a.median_dur_ns,
-           row_number() OVER (PARTITION BY l.step ORDER BY l.late_ns DESC, l.rank) AS place
+           row_number() OVER (PARTITION BY l.step ORDER BY l.own_late_ns DESC, l.late_ns DESC, l.rank) AS place
     FROM step_lateness AS l JOIN aligned_steps AS a USING (step)
 ),
-flagged AS (   -- the latest rank of a step, when it is late enough; the cause is what it did extra first
+flagged AS (   -- the latest rank of a step (of its own making), when it is late enough; the cause is what it did extra first
     SELECT *,
         CASE
             WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
@@ -18,7 +18,7 @@ flagged AS (   -- the latest rank of a step, when it is late enough; the cause i
             ELSE 'unknown'
         END AS step_cause
     FROM ranked
-    WHERE place = 1 AND late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
+    WHERE place = 1 AND own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
 ),
 waits AS (     -- the other ranks' wait for the late rank, inside the same collective
     SELECT f.rank, f.step, median(a.wait_for_last_ns) AS others_wait_ns,
@@ -34,9 +34,30 @@ per_rank AS (
            stable_mode(list(f.step_cause)) AS cause, stable_mode(list(f.op)) AS op,
            median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
            median(f.host_excess_ns) AS host_excess_ns,
-           avg(w.others_wait_ns) AS others_wait_ns, stable_mode(list(w.others)) AS others
+           avg(w.others_wait_ns) AS others_wait_ns, stable_mode(list(w.others)) AS others,
+           stable_mode(list(f.process_group)) AS process_group
     FROM flagged AS f LEFT JOIN waits AS w USING (rank, step)
     GROUP BY f.rank
+),
+last_at AS (   -- collective instances of the late rank's steps where it arrived last (what its groups waited for)
+    SELECT a.rank AS culprit, a.step, a.process_group, a.op, a.op_index
+    FROM collective_arrivals AS a JOIN flagged AS f ON f.rank = a.rank AND f.step = a.step
+    WHERE a.wait_for_last_ns = 0 AND a.ranks_seen >= 2
+),
+group_waits AS (  -- per group of the late rank: its other members' median wait for it there
+    SELECT l.culprit, l.process_group, list(DISTINCT a.rank ORDER BY a.rank) AS waiting,
+           median(a.wait_for_last_ns) AS wait_ns
+    FROM last_at AS l
+    JOIN collective_arrivals AS a ON a.step = l.step AND a.process_group = l.process_group AND a.op = l.op
+        AND a.op_index = l.op_index AND a.rank <> l.culprit AND a.wait_for_last_ns > 0
+    GROUP BY l.culprit, l.process_group
+),
+by_group AS (
+    SELECT g.culprit AS rank,
+           list({'group': g.process_group, 'dimension': pg.dimension, 'waiting_ranks': g.waiting,
+                 'wait_ms': round(g.wait_ns / 1e6, 3)} ORDER BY g.wait_ns DESC, g.process_group) AS waits
+    FROM group_waits AS g LEFT JOIN process_groups AS pg ON pg.process_group = g.process_group
+    GROUP BY g.culprit
 )
 SELECT
     [p.rank] AS ranks,
@@ -55,7 +76,14 @@ SELECT
     p.host_excess_ns / 1e6 AS host_excess_ms,
     p.late_steps AS late_steps_count,
     j.n_steps AS aligned_steps_count,
-    j.step_ns / 1e6 AS median_step_ms
+    j.step_ns / 1e6 AS median_step_ms,
+    {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} AS "group",
+    coalesce(b.waits, []) AS waiting_by_group,
+    CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN
+         ' of ' || coalesce(pg.dimension || ' ', '') || 'group ' || p.process_group || ' (ranks '
+         || array_to_string(pg.ranks, ',') || ')' ELSE '' END AS group_text
 FROM per_rank AS p CROSS JOIN job AS j
+LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
+LEFT JOIN by_group AS b ON b.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;

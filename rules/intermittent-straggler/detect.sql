@@ -3,8 +3,8 @@
 -- A rank holds the job back on a step when it is the rank that made the step long, seen two ways:
 -- its step time outside communication (the step minus all its exposed communication, step_waits.non_comm_ns) exceeds the
 -- other ranks' median (this catches work at the END of a step, which makes the others wait at
--- the next step's first collective), or it reaches a collective late, step-relative
--- (step_lateness). The cause of each step is the phase group where its extra time outside communication lies.
+-- the next step's first collective), or it reaches a collective late, step-relative, of its
+-- own making (step_lateness.own_late_ns: not because it waited in another group's collective). The cause of each step is the phase group where its extra time outside communication lies.
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
@@ -24,8 +24,8 @@ others AS (   -- the other ranks' median, per rank and step
 per_step AS (
     SELECT o.rank, o.step,
            o.non_comm_ns - x.non_comm_ns AS non_comm_excess_ns,
-           greatest(coalesce(l.late_ns, 0), 0) AS arrival_late_ns,
-           greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.late_ns, 0)) AS held_ns,
+           greatest(coalesce(l.own_late_ns, 0), 0) AS arrival_late_ns,
+           greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.own_late_ns, 0)) AS held_ns,
            o.input_ns - x.input_ns AS input_excess_ns,
            o.compute_ns - x.compute_ns AS compute_excess_ns,
            o.host_ns - x.host_ns AS host_excess_ns

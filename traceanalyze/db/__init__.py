@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 
 
 def _sql_text(name: str) -> str:

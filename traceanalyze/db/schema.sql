@@ -16,6 +16,17 @@ CREATE TABLE ranks (
     clock_offset_ns BIGINT      -- estimated offset of this rank's clock vs. the reference rank (set by align)
 );
 
+-- One row per process group a rank belongs to, from its trace's distributedInfo.pg_config (empty when the trace has none).
+CREATE TABLE pg_configs (
+    rank INTEGER,               -- global rank whose trace lists the group
+    pg_name VARCHAR,            -- the group's name (pg_config.pg_name; '0' is the default group; torch numbers groups in creation order, the same on every rank)
+    pg_desc VARCHAR,            -- its description (pg_config.pg_desc: 'default_pg', 'mesh_tp', 'mesh_dp', ...), NULL when absent
+    ranks INTEGER[],            -- global ranks of the group in group-rank order (pg_config.ranks: a list, or a quoted string in on-demand traces)
+    pg_size INTEGER,            -- pg_config.pg_size, else the number of ranks
+    backend_config VARCHAR,     -- pg_config.backend_config ('cpu:gloo,cuda:gloo', 'cuda:nccl'), NULL when absent
+    config_index INTEGER        -- 0-based position in the rank's pg_config (the order the rank created its groups)
+);
+
 -- Every event of every rank, with the args the analysis uses as typed columns.
 CREATE TABLE raw_events (
     rank INTEGER,               -- global rank

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -112,6 +113,7 @@ def _build(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -
             raise TraceanalyzeError(exc.problem, tf.url) from None
         raise
     _insert_rank(con, tf, read)
+    _insert_pg_configs(con, tf, read)
     _record_issues(con, tf, read)
     memory_notes: list[tuple[str, str]] = []
     t0 = time.process_time()
@@ -135,6 +137,52 @@ def _insert_rank(con, tf: TraceFile, read: RankRead) -> None:
         " backend, base_ns, device_name, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [tf.rank, tf.rank_source, tf.url or str(tf.path), tf.size_bytes, tf.mtime_ns, read.events_bytes,
          tf.world_size, tf.backend, base_time_ns(read.metadata), device, read.truncated_at_byte is not None])
+
+
+def _insert_pg_configs(con, tf: TraceFile, read: RankRead) -> None:
+    """The rank's process groups (distributedInfo.pg_config) into `pg_configs`; entries that
+    are not readable groups are counted as a load issue, never guessed."""
+    info = read.metadata.get("distributedInfo")
+    configs = info.get("pg_config") if isinstance(info, dict) else None
+    if not isinstance(configs, list):
+        return
+    rows, bad = pg_config_rows(tf.rank, configs)
+    if rows:
+        con.executemany("INSERT INTO pg_configs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    if bad:
+        con.execute("INSERT INTO load_issues VALUES (?, ?, 'bad-pg-config', 'warning', ?, ?)",
+                    [tf.rank, tf.url or str(tf.path),
+                     "distributedInfo.pg_config entries without a group name or a list of ranks were skipped", bad])
+
+
+def pg_config_rows(rank: int, configs: list) -> tuple[list[tuple], int]:
+    """(pg_configs rows, entries skipped) of one rank's distributedInfo.pg_config. `ranks` is a
+    list of ints, or the same list as a string ('[0, 1]', on-demand traces)."""
+    rows, bad = [], 0
+    for index, config in enumerate(configs):
+        ranks = _group_ranks(config.get("ranks")) if isinstance(config, dict) else None
+        name = config.get("pg_name") if isinstance(config, dict) else None
+        if ranks is None or not isinstance(name, (str, int)) or isinstance(name, bool):
+            bad += 1
+            continue
+        desc, backend, size = config.get("pg_desc"), config.get("backend_config"), config.get("pg_size")
+        rows.append((rank, str(name), desc if isinstance(desc, str) else None, ranks,
+                     size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**31 else len(ranks),
+                     backend if isinstance(backend, str) else None, index))
+    return rows, bad
+
+
+def _group_ranks(value) -> list[int] | None:
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(r"\[?\s*(\d+\s*(,\s*\d+\s*)*)?\]?", text):
+            return None
+        value = [int(v) for v in re.findall(r"\d+", text)]
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in value):
+        return None
+    return value
 
 
 def _record_issues(con, tf: TraceFile, read: RankRead) -> None:

@@ -18,6 +18,7 @@ import duckdb
 import traceanalyze.db as tracedb
 from traceanalyze.align import align_ranks
 from traceanalyze.errors import TraceFormatError
+from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 from traceanalyze.load.verify import ShardProblem, verify_shard
 
@@ -26,7 +27,7 @@ from traceanalyze.load.verify import ShardProblem, verify_shard
 # 500 MB trace's 29 MB shard took 8 CPU s and 860 MB of RAM, against 0.6 s as views), so
 # only jobs up to about 130 MB of JSON get a self-contained file.
 MATERIALIZE_MAX_BYTES = 8 << 20
-TABLES_ALWAYS_COPIED = ("ranks", "load_issues")
+TABLES_ALWAYS_COPIED = ("ranks", "pg_configs", "load_issues")
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def attach_shards(con: duckdb.DuckDBPyConnection, shards: list[Shard], materiali
     tracedb.create_macros(con)
     for table in SHARD_TABLES:
         source = f"read_parquet({_quoted_list([s.table(table) for s in shards])}, hive_partitioning = false)"
-        if table in ("ranks", "load_issues", "raw_events") and (materialize or table in TABLES_ALWAYS_COPIED):
+        if table in ("ranks", "pg_configs", "load_issues", "raw_events") and (materialize or table in TABLES_ALWAYS_COPIED):
             con.execute(f"INSERT INTO {table} SELECT * FROM {source}")
         elif materialize:
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM {source}")
@@ -95,7 +96,8 @@ def record_notes(con, rows: list[tuple]) -> None:
 
 
 def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
-    """Cross-rank tables, the one-run check, alignment and clock offsets."""
+    """Process groups of gloo collectives, cross-rank tables, the one-run check, alignment and clock offsets."""
+    infer_groups(con)
     tracedb.build_tables(con, tracedb.cross_rank_sql_files())
     check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
     align_ranks(con)

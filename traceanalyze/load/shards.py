@@ -37,7 +37,7 @@ HASH = "xxh3_128"  # the manifest's content hash of each file (xxhash: GB/s, a c
 _READ_CHUNK = 1 << 20
 # every table the map stage writes per rank, in the order they are created
 SHARD_TABLES = (
-    "ranks", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
+    "ranks", "pg_configs", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
     "kernels", "memcpy", "collectives", "step_comm", "memory", "step_batches", "main_threads",
     "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu",
 )

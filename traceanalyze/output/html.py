@@ -245,9 +245,11 @@ def _rank_rows(summary: dict) -> list[RankRow]:
 def _meta_line(summary: dict) -> str:
     gpu = is_gpu_trace(summary)
     aligned = summary["steps"].get("aligned") or []
+    layout = summary.get("layout")
+    shape = f" · {layout['text']}" if layout and [d["abbrev"] for d in layout["dimensions"]] != ["DP"] else ""
     return (f"{fmt_rank_count(len(summary['ranks']), summary['world_size'])} · "
             f"{len(aligned)} aligned step{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}) · "
-            f"{'GPU' if gpu else 'CPU-only'} trace")
+            f"{'GPU' if gpu else 'CPU-only'} trace{shape}")
 
 
 def _verdict(ordered: list[dict]) -> tuple[str, str]:

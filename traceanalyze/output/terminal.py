@@ -49,8 +49,12 @@ def _header(summary: dict, st: _Style) -> list[str]:
     gpu = is_gpu_trace(summary)
     name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
     ranks = fmt_rank_count(len(summary["ranks"]), summary["world_size"])
-    return [st(name, bold=True) + f" - {ranks}, {len(aligned)} aligned step"
-            f"{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}), {'GPU' if gpu else 'CPU-only'}"]
+    lines = [st(name, bold=True) + f" - {ranks}, {len(aligned)} aligned step"
+             f"{'s' if len(aligned) != 1 else ''} ({fmt_steps(aligned)}), {'GPU' if gpu else 'CPU-only'}"]
+    layout = summary.get("layout")
+    if layout and [d["abbrev"] for d in layout["dimensions"]] != ["DP"]:  # (plain data parallel needs no line)
+        lines.append(f"Parallelism  {layout['text']}")
+    return lines
 
 
 def _step_line(summary: dict, st: _Style) -> list[str]:
@@ -72,8 +76,15 @@ def _shown_ranks(summary: dict, hot: set[int]) -> list[dict]:
     return [r for r in ranks if r["rank"] in hot][:MAX_RANK_ROWS]
 
 
+def _shown_phases(summary: dict) -> tuple[str, ...]:
+    """PHASES, less pipeline_wait when no rank waits at a send / recv (a job without pipeline stages)."""
+    piped = any((r["metrics"].get("phases_ms") or {}).get("pipeline_wait") for r in summary["ranks"])
+    return PHASES if piped else tuple(p for p in PHASES if p != "pipeline_wait")
+
+
 def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
-    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_SHORT_LABELS[p].rjust(7) for p in PHASES) + "   step"
+    phases_shown = _shown_phases(summary)
+    head = "Phases (mean ms)".ljust(17) + "".join(PHASE_SHORT_LABELS[p].rjust(7) for p in phases_shown) + "   step"
     lines = [head]
     rows = [(f"  rank {r['rank']}" + (" *" if r["rank"] in hot else ""), r["metrics"]["phases_ms"],
              mean_step_ms(r["metrics"])) for r in _shown_ranks(summary, hot)]
@@ -82,12 +93,14 @@ def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
         rows.insert(0, ("  median rank", {p: (spread["phases_ms"].get(p) or {}).get("median") for p in PHASES},
                         (spread.get("mean_step_ms") or {}).get("median")))
     for label, phases, step_ms in rows:
-        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in PHASES) + _num(step_ms).rjust(7)
+        text = label.ljust(17) + "".join(_num(phases.get(p)).rjust(7) for p in phases_shown) + _num(step_ms).rjust(7)
         lines.append(st(text, bold=True) if label.endswith("*") else text)
     hidden = len(summary["ranks"]) - len(rows) + (1 if rows and rows[0][0] == "  median rank" else 0)
     if hidden > 0:
         lines.append(f"  ({hidden} more ranks in report.html)")
     lines.append("  comm = communication exposed (blocked on a collective); step = the mean step")
+    if "pipeline_wait" in phases_shown:
+        lines.append("  pipe = pipeline wait (blocked on a send / recv between stages)")
     if hot:
         lines.append("  * named by a finding, or the slowest rank")
     return lines

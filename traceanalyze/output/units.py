@@ -13,13 +13,16 @@ PHASE_LABELS = {
     "backward": "backward",
     "optimizer": "optimizer",
     "comm_exposed": "comm exposed",
+    "pipeline_wait": "pipeline wait",
     "other": "other",
 }
 # the same phases spelled out, where there is room (diff and gate reasons)
-PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed", "other": "other host work"}
+PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed",
+                     "pipeline_wait": "pipeline wait (send / recv)", "other": "other host work"}
 # column heads of the terminal's phase table (7 characters a column)
 PHASE_SHORT_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
-                      "optimizer": "optim", "comm_exposed": "comm", "other": "other"}
+                      "optimizer": "optim", "comm_exposed": "comm", "pipeline_wait": "pipe",
+                      "other": "other"}
 # the phases of `traceanalyze scaling` (scaling.PHASES: comm_exposed split into communication + wait)
 SCALING_PHASE_LABELS = {**{p: PHASE_LABELS[p] for p in ("data_wait", "h2d", "forward", "backward", "optimizer")},
                         "communication": "communication", "wait": "wait for ranks", "other": "other host"}

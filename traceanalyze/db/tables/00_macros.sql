@@ -56,3 +56,20 @@ CREATE OR REPLACE MACRO collective_moved_bytes(op, bytes, ranks) AS (
 CREATE OR REPLACE MACRO stable_mode(xs) AS (
     SELECT v FROM (SELECT unnest(xs) AS v) WHERE v IS NOT NULL GROUP BY v ORDER BY count(*) DESC, v LIMIT 1
 );
+
+-- the other end of a send / recv as a rank of its process group, from an event's other args (JSON text):
+-- 'Dst Rank' / 'Src Rank' (record_param_comms and NCCL kernels of newer torch), else the dstRank /
+-- srcRank argument of c10d::send / c10d::recv_ ('Concrete Inputs'[2]); NULL when absent
+CREATE OR REPLACE MACRO p2p_peer_arg(name, other_args) AS (
+    CASE WHEN other_args IS NOT NULL THEN coalesce(
+        TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Dst Rank"') AS INTEGER),
+        TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Src Rank"') AS INTEGER),
+        CASE WHEN name IN ('c10d::send', 'c10d::recv_')
+             THEN TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Concrete Inputs"[2]') AS INTEGER) END)
+    END
+);
+
+-- the ranks of a process group from args."Process Group Ranks" (JSON text '[0, 1]'), NULL when absent or not a list
+CREATE OR REPLACE MACRO group_ranks_arg(pg_ranks) AS (
+    TRY_CAST(TRY_CAST(pg_ranks AS JSON) AS INTEGER[])
+);

@@ -6,11 +6,12 @@
 -- late by exactly that much. Point-to-point send/recv are not group collectives and are
 -- left out.
 
--- One row per rank and group collective instance; the same (step, process_group, op, op_index) on every rank is the same collective.
+-- One row per rank and group collective instance; the same (step, process_group, op, op_index) on every rank of the group is the same collective.
 CREATE OR REPLACE TABLE collective_arrivals AS
 WITH keyed AS (
     SELECT c.rank, c.step, c.process_group, c.op, c.bytes, c.ts_ns, c.end_ns, c.dur_ns, c.source,
-           row_number() OVER (PARTITION BY c.rank, c.step, c.process_group, c.op ORDER BY c.ts_ns) - 1 AS op_index,
+           coalesce(c.trace_seq,   -- the group's own sequence number where the trace has it (newer NCCL), else the order
+                    row_number() OVER (PARTITION BY c.rank, c.step, c.process_group, c.op ORDER BY c.ts_ns, c.end_ns) - 1) AS op_index,
            c.ts_ns - s.ts_ns AS arrival_rel_ns,
            c.end_ns - s.ts_ns AS end_rel_ns
     FROM collectives AS c JOIN steps AS s USING (rank, step)
@@ -29,7 +30,7 @@ SELECT
     k.step,                                 -- ProfilerStep N
     k.process_group,                        -- process group name
     k.op,                                   -- all_reduce, barrier, ...
-    k.op_index,                             -- 0-based order of this op within the step and process group
+    k.op_index,                             -- 0-based order of this op within the step and process group; args.Seq (the group's sequence number) where the trace has it, so a collective one rank did not record shifts nothing
     k.bytes,                                -- payload bytes, NULL when unknown
     k.source,                               -- nccl_kernel | gloo_annotation | record_param_comms
     k.ts_ns,                                -- arrival on the rank's own clock, ns
@@ -74,7 +75,7 @@ groups AS (
            sum(ns) FILTER (WHERE phase IN ('data_wait', 'h2d')) AS input_ns,
            sum(ns) FILTER (WHERE phase IN ('forward', 'backward', 'optimizer')) AS compute_ns,
            sum(ns) FILTER (WHERE phase = 'other') AS host_ns,
-           sum(ns) FILTER (WHERE phase = 'comm_exposed') AS comm_ns
+           sum(ns) FILTER (WHERE phase IN ('comm_exposed', 'pipeline_wait')) AS comm_ns
     FROM before_arrival GROUP BY rank, step, peer
 ),
 excess AS (
@@ -99,6 +100,7 @@ SELECT
     e.input_excess_ns::BIGINT AS input_excess_ns,      -- extra data_wait + h2d before arriving, vs the other ranks' median, ns
     e.compute_excess_ns::BIGINT AS compute_excess_ns,  -- extra forward + backward + optimizer before arriving, ns
     e.host_excess_ns::BIGINT AS host_excess_ns,        -- extra host work outside the model (phase other), ns
-    e.comm_excess_ns::BIGINT AS comm_excess_ns         -- extra time in earlier collectives, ns
+    e.comm_excess_ns::BIGINT AS comm_excess_ns,        -- extra time in earlier collectives and send / recv, ns
+    (w.late_ns - greatest(coalesce(e.comm_excess_ns, 0), 0))::BIGINT AS own_late_ns  -- late_ns less that extra communication: the lateness of the rank's own making; a rank late only because it waited for a rank of another group (tensor, pipeline) has little, ns
 FROM worst AS w LEFT JOIN excess AS e USING (rank, step)
 ORDER BY w.step, w.rank;

@@ -10,6 +10,6 @@ SELECT
     greatest(coalesce(w.wait_ns, 0), 0) AS wait_ns,           -- longest wait at one of the step's collectives for the last rank to arrive, ns
     p.dur_ns - greatest(coalesce(w.wait_ns, 0), 0) AS own_ns,  -- own step time: the step minus that wait, ns (tells the ranks apart when every wall step is equal)
     least(p.comm_exposed_ns, greatest(coalesce(w.wait_ns, 0), 0)) AS exposed_wait_ns,  -- the part of comm_exposed spent waiting for the last rank, ns (the rest is the communication itself)
-    p.dur_ns - p.comm_exposed_ns AS non_comm_ns  -- step time outside communication: the step minus all its exposed communication (the wait and the transfer), ns: what the rank did itself
+    p.dur_ns - p.comm_exposed_ns - p.pipeline_wait_ns AS non_comm_ns  -- step time outside communication: the step minus all its exposed communication (the wait and the transfer, collectives and send / recv), ns: what the rank did itself
 FROM step_phases AS p LEFT JOIN waits AS w USING (rank, step)
 ORDER BY p.rank, p.step;

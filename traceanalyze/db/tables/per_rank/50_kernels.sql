@@ -2,7 +2,9 @@
 CREATE OR REPLACE TABLE kernels AS
 WITH gpu AS (  -- only the columns used (a join carries every column it is given)
     SELECT e.rank, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.device, e.stream, e.correlation,
-           e.external_id, e.bytes, e.collective_name, e.in_msg_nelems, e.dtype, e.pg_name, e.group_size
+           e.external_id, e.bytes, e.collective_name, e.in_msg_nelems, e.dtype, e.pg_name, e.group_size,
+           e.pg_desc, e.pg_ranks, e.collective_seq,
+           CASE WHEN e.collective_name IS NOT NULL THEN p2p_peer_arg(e.name, e.other_args) END AS peer_group_rank
     FROM raw_events AS e
     WHERE e.ph = 'X' AND e.cat IN ('kernel', 'Kernel', 'gpu_memcpy', 'Memcpy', 'gpu_memset', 'Memset')
       AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0
@@ -37,7 +39,11 @@ SELECT
     l.in_msg_nelems,                        -- args."In msg nelems"
     l.dtype,                                -- args.dtype
     l.pg_name,                              -- args."Process Group Name"
-    l.group_size                            -- args."Group size"
+    l.group_size,                           -- args."Group size"
+    l.pg_desc,                              -- args."Process Group Description"
+    l.pg_ranks,                             -- args."Process Group Ranks" (JSON text)
+    l.collective_seq,                       -- args.Seq: the collective's sequence number in its group (newer torch)
+    l.peer_group_rank                       -- send / recv kernels: args."Dst Rank" / "Src Rank" as a rank of the process group, NULL when absent
 FROM launched AS l
 ASOF LEFT JOIN steps AS s ON l.rank = s.rank AND l.ts_ns >= s.ts_ns;
 

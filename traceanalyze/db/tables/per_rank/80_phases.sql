@@ -2,9 +2,11 @@
 --
 -- A step is split by priority: whatever the training loop is doing at a moment gets the
 -- first matching phase of data_wait > h2d > optimizer > backward > forward > comm_exposed
--- (a host call into c10d / NCCL / gloo) > other (host ops outside the model) >
--- comm_exposed (the thread runs nothing while a collective is in flight: it waits for it)
--- > other (idle, nothing in flight). On CPU gloo jobs the DDP all-reduce runs on a
+-- (a host call into c10d / NCCL / gloo) > pipeline_wait (a send / recv call: gloo's
+-- gloo:send / gloo:recv span the call to the end of the transfer) > other (host ops outside
+-- the model) > comm_exposed (the thread runs nothing while a collective is in flight: it
+-- waits for it) > pipeline_wait (the same for a send / recv in flight) > other (idle,
+-- nothing in flight). On CPU gloo jobs the DDP all-reduce runs on a
 -- pt_gloo_runloop thread, so waiting for it shows up as an idle training-loop thread
 -- while a gloo:* collective is open; on GPU jobs the same holds for NCCL kernels.
 --
@@ -52,6 +54,8 @@ WITH named AS (
             WHEN name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%' THEN 'optimizer'
             WHEN name LIKE 'autograd::engine::evaluate_function:%'
                  OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$') THEN 'backward'
+            WHEN on_main AND name IN ('c10d::send', 'c10d::recv_', 'c10d::recv_any_source_', 'gloo:send', 'gloo:recv',
+                                      'nccl:send', 'nccl:recv') THEN 'p2p_call'
             WHEN on_main AND (name LIKE 'c10d::%' OR name = 'record_param_comms'
                               OR name LIKE 'nccl:%' OR name LIKE 'gloo:%') THEN 'comm_call'
             WHEN name LIKE 'ProfilerStep#%' THEN NULL
@@ -83,12 +87,13 @@ host_ops AS (   -- unlabelled training-loop ops: forward before the last backwar
     WHERE n.on_main AND n.mark IS NULL AND n.name NOT LIKE 'ProfilerStep#%'
 ),
 inflight AS (
-    SELECT rank, step, ts_ns, end_ns, 'inflight' AS mark FROM collectives WHERE step IS NOT NULL
+    SELECT rank, step, ts_ns, end_ns, CASE WHEN kind = 'p2p' THEN 'p2p_inflight' ELSE 'inflight' END AS mark
+    FROM collectives WHERE step IS NOT NULL
 ),
 wait_spans AS (   -- host-run (gloo) collectives the training loop issued: from the end of its call to the collective's end
     SELECT row_number() OVER () AS span, c.rank, c.step, c.call_end_ns AS ts_ns, c.end_ns
     FROM collectives AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.call_tid
-    WHERE c.source = 'gloo_annotation' AND c.step IS NOT NULL AND c.end_ns > c.call_end_ns
+    WHERE c.source = 'gloo_annotation' AND c.kind = 'collective' AND c.step IS NOT NULL AND c.end_ns > c.call_end_ns
 ),
 span_busy AS (    -- what the loop started during the span (the span's start counts as busy: the call just ended)
     SELECT span, ts_ns, ts_ns AS end_ns FROM wait_spans
@@ -142,7 +147,8 @@ islands AS (
 )
 SELECT rank, step, mark, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
        CASE mark WHEN 'waiting' THEN 0 WHEN 'data_wait' THEN 1 WHEN 'h2d' THEN 2 WHEN 'optimizer' THEN 3 WHEN 'backward' THEN 4
-                 WHEN 'forward' THEN 5 WHEN 'comm_call' THEN 6 WHEN 'host_other' THEN 7 ELSE 8 END AS priority
+                 WHEN 'forward' THEN 5 WHEN 'comm_call' THEN 6 WHEN 'p2p_call' THEN 7 WHEN 'host_other' THEN 8
+                 WHEN 'p2p_inflight' THEN 10 ELSE 9 END AS priority
 FROM islands GROUP BY rank, step, mark, run;
 
 -- One row per contiguous phase interval of a step: the timeline the report draws. Phases of a step tile it exactly.
@@ -160,7 +166,8 @@ labelled AS (
     SELECT g.rank, g.step, g.ts_ns, g.end_ns,
            CASE min(r.priority)
                WHEN 0 THEN 'comm_exposed' WHEN 1 THEN 'data_wait' WHEN 2 THEN 'h2d' WHEN 3 THEN 'optimizer' WHEN 4 THEN 'backward'
-               WHEN 5 THEN 'forward' WHEN 6 THEN 'comm_exposed' WHEN 7 THEN 'other' WHEN 8 THEN 'comm_exposed'
+               WHEN 5 THEN 'forward' WHEN 6 THEN 'comm_exposed' WHEN 7 THEN 'pipeline_wait' WHEN 8 THEN 'other'
+               WHEN 9 THEN 'comm_exposed' WHEN 10 THEN 'pipeline_wait'
                ELSE 'other' END AS phase
     FROM segments AS g
     LEFT JOIN _runs AS r ON r.rank = g.rank AND r.step = g.step AND r.ts_ns <= g.ts_ns AND r.end_ns >= g.end_ns
@@ -177,7 +184,7 @@ numbered AS (
 SELECT
     n.rank,                                 -- global rank
     n.step,                                 -- ProfilerStep N
-    n.phase,                                -- data_wait | h2d | forward | backward | optimizer | comm_exposed | other
+    n.phase,                                -- data_wait | h2d | forward | backward | optimizer | comm_exposed | pipeline_wait | other
     min(n.ts_ns) AS ts_ns,                  -- interval start, ns (rank clock)
     max(n.end_ns) AS end_ns,                -- interval end, ns
     max(n.end_ns) - min(n.ts_ns) AS dur_ns, -- interval length, ns
@@ -186,7 +193,7 @@ FROM numbered AS n JOIN steps AS s USING (rank, step)
 GROUP BY n.rank, n.step, n.phase, n.run
 ORDER BY n.rank, n.step, ts_ns;
 
--- Time per phase for every (rank, step), ns; the seven phase columns add up to dur_ns.
+-- Time per phase for every (rank, step), ns; the eight phase columns add up to dur_ns.
 CREATE OR REPLACE TABLE step_phases AS
 SELECT
     s.rank,                                 -- global rank
@@ -198,6 +205,7 @@ SELECT
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'backward'), 0) AS backward_ns,        -- autograd backward
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'optimizer'), 0) AS optimizer_ns,      -- Optimizer.step / zero_grad
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'comm_exposed'), 0) AS comm_exposed_ns, -- blocked in or waiting for a collective
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'pipeline_wait'), 0) AS pipeline_wait_ns, -- blocked in a send / recv (pipeline stages handing activations and gradients over), or waiting for one
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'other'), 0) AS other_ns               -- host work outside the model, or idle
 FROM steps AS s LEFT JOIN phase_intervals AS p USING (rank, step)
 GROUP BY s.rank, s.step, s.dur_ns

@@ -1,0 +1,44 @@
+-- One row when one pipeline stage computes much longer per step than the fastest stage: its ranks hold the pipeline back.
+WITH stages AS (   -- every rank of a pipeline group and its stage: its position in the group
+    SELECT unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
+    FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
+),
+per_rank AS (
+    SELECT p.rank, any_value(s.stage) AS stage,
+           avg(p.forward_ns + p.backward_ns + p.optimizer_ns) AS compute_ns,
+           avg(p.pipeline_wait_ns) AS wait_ns, avg(p.dur_ns) AS step_ns
+    FROM step_phases AS p JOIN aligned_steps USING (step) JOIN stages AS s USING (rank)
+    GROUP BY p.rank
+),
+per_stage AS (
+    SELECT stage, median(compute_ns) AS compute_ns, median(wait_ns) AS wait_ns, list(rank ORDER BY rank) AS ranks
+    FROM per_rank GROUP BY stage
+),
+ends AS (
+    SELECT arg_max(stage, [compute_ns, -stage::DOUBLE]) AS slow_stage, max(compute_ns) AS slow_ns,
+           arg_min(stage, [compute_ns, stage::DOUBLE]) AS fast_stage, min(compute_ns) AS fast_ns,
+           (SELECT median(step_ns) FROM per_rank) AS step_ns,
+           list({'stage': stage, 'ranks': ranks, 'compute_ms': round(compute_ns / 1e6, 3),
+                 'pipeline_wait_ms': round(wait_ns / 1e6, 3)} ORDER BY stage) AS per_stage,
+           count(*) AS n_stages
+    FROM per_stage
+)
+SELECT
+    s.ranks,
+    (SELECT list(step ORDER BY step) FROM aligned_steps) AS steps,
+    (e.slow_ns - e.fast_ns) / 1e6 AS ms_per_step,
+    100.0 * (e.slow_ns - e.fast_ns) / e.step_ns AS pct_of_step,
+    CASE WHEN 100.0 * (e.slow_ns - e.fast_ns) / e.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    'compute' AS cause,
+    e.slow_stage,
+    e.fast_stage,
+    e.slow_ns / 1e6 AS slow_stage_compute_ms,
+    e.fast_ns / 1e6 AS fast_stage_compute_ms,
+    e.slow_ns / e.fast_ns AS compute_ratio,
+    array_to_string(s.ranks, ',') AS slow_ranks_text,
+    e.per_stage,
+    e.step_ns / 1e6 AS median_step_ms
+FROM ends AS e JOIN per_stage AS s ON s.stage = e.slow_stage
+WHERE e.n_stages >= 2 AND e.fast_ns > 0 AND e.step_ns > 0
+  AND 100.0 * (e.slow_ns - e.fast_ns) / e.step_ns >= $min_imbalance_pct
+  AND e.slow_ns >= $min_compute_ratio * e.fast_ns;

@@ -1,0 +1,1 @@
+../../../rules/pipeline-bubble/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/pipeline-stage-imbalance/evidence.sql

@@ -1,0 +1,63 @@
+"""The parallelism layout of the job (summary.json `layout`) from the `process_groups` table.
+
+Each group carries a dimension (db/tables/cross_rank/87_process_groups.sql); the groups of
+one dimension partition the ranks, and a rank's coordinate on it is its position in its
+group. Groups of the whole job count only when no smaller group carries a dimension (a
+DDP or FSDP job over every rank). See docs/parallelism.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+# outermost first: the order a layout reads, e.g. "PP 2 x DP 2 x TP 2"
+DIMENSIONS = ("pipeline", "data", "fsdp", "expert", "context", "tensor")
+ABBREVIATIONS = {"pipeline": "PP", "data": "DP", "fsdp": "FSDP", "expert": "EP", "context": "CP", "tensor": "TP"}
+
+
+def _groups(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return con.execute("""
+        SELECT process_group, pg_desc, ranks, size, dimension, dimension_source
+        FROM process_groups
+        WHERE dimension IN ('pipeline', 'data', 'fsdp', 'expert', 'context', 'tensor')
+          AND ranks IS NOT NULL AND size >= 2
+        ORDER BY process_group""").fetchall()
+
+
+def parallel_layout(con: duckdb.DuckDBPyConnection, world_size: int) -> dict[str, Any] | None:
+    """{"text", "dimensions": [{name, abbrev, size, groups, source}], "ranks": {rank: {abbrev: index}},
+    "complete"}; None when no group tells a dimension (no pg_config and no group args)."""
+    groups = _groups(con)
+    smaller = [g for g in groups if g[3] < world_size]
+    chosen = smaller or groups
+    if not chosen:
+        return None
+    dims: dict[str, list[tuple]] = {}
+    for g in chosen:
+        dims.setdefault(g[4], []).append(g)
+    dimensions, coords = [], {}
+    for name in DIMENSIONS:
+        if name not in dims:
+            continue
+        members = dims[name]
+        size = max(g[3] for g in members)
+        abbrev = ABBREVIATIONS[name]
+        dimensions.append({
+            "name": name, "abbrev": abbrev, "size": size,
+            "source": min(g[5] for g in members),
+            "groups": [{"name": g[0], "desc": g[1], "ranks": list(g[2])} for g in members]})
+        for g in members:
+            for index, rank in enumerate(g[2]):
+                coords.setdefault(str(rank), {})[abbrev] = index
+    product = 1
+    for d in dimensions:
+        product *= d["size"]
+    complete = product == world_size
+    text = f"{world_size} rank{'s' if world_size != 1 else ''} = " + " x ".join(
+        f"{d['abbrev']} {d['size']}" for d in dimensions)
+    if not complete:
+        text += f" (the groups found cover {product} of {world_size} ranks)"
+    return {"text": text, "dimensions": dimensions, "complete": complete,
+            "ranks": {r: coords[r] for r in sorted(coords, key=int)}}

@@ -1,0 +1,205 @@
+"""Reduce stage: the process group of every collective whose event does not name one.
+
+NCCL events carry their group (`Process Group Name`); gloo's `gloo:*` annotations do not.
+A rank that belongs to one group (its `distributedInfo.pg_config`) gets it in the map stage;
+a rank of several groups (a device mesh: `mesh_tp`, `mesh_dp`, ...) leaves its gloo rows
+`group_source = 'pending'`, and this module decides them with the other ranks' rows:
+
+* gloo runs each group's collectives on that group's own `pt_gloo_runloop` threads, so the
+  rows of one runloop thread (`run_tid`) belong to one group: the unit decided is a
+  (rank, run_tid).
+* the members of a group run the same collectives in the same order with the same message
+  size, and leave each one together. For each candidate group of the unit (the rank's groups
+  from pg_config), every other member must have rows of the same (op, bytes); the score is
+  the median over the unit's rows of the largest gap, over the members, between the row's end
+  and the nearest end of a same-(op, bytes) row on that member. The group with the smallest
+  score wins (ties: the smaller group, then the earlier created).
+* a send / recv names its peer as a rank of its group: its group is the one whose rank at
+  that position has opposite transfers of the same size that name this rank (as a rank of
+  the same group), ending nearest (the median over the rank's transfers to that peer).
+
+Decided rows get `group_source = 'inferred'` and a `group-inferred` load issue per rank;
+rows no candidate fits keep the rank's largest group with `group_source = 'unknown'` and a
+`group-not-inferred` warning. `collectives` is then rewritten with the groups, their
+descriptions, members, peers and per-group order (`seq`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import defaultdict
+
+import duckdb
+
+P2P_OPPOSITE = {"send": "recv", "recv": "send", "send_recv": "send_recv"}
+NO_MATCH = float("inf")
+
+
+def _groups_of_ranks(con) -> dict[int, list[tuple[str, list[int], int]]]:
+    out: dict[int, list[tuple[str, list[int], int]]] = defaultdict(list)
+    for rank, name, ranks, index in con.execute(
+            "SELECT rank, pg_name, ranks, config_index FROM pg_configs ORDER BY rank, config_index").fetchall():
+        out[rank].append((name, list(ranks), index))
+    return out
+
+
+def _ends_by_signature(con) -> dict[tuple[int, str, int | None], list[int]]:
+    """(rank, op, bytes) -> sorted ends of the rank's rows (every row, whatever its group)."""
+    out: dict[tuple[int, str, int | None], list[int]] = defaultdict(list)
+    for rank, op, size, end in con.execute(
+            "SELECT rank, op, bytes, end_ns FROM collectives ORDER BY rank, op, bytes, end_ns").fetchall():
+        out[(rank, op, size)].append(end)
+    return out
+
+
+def _p2p_ends(con) -> dict[tuple[int, str, int | None, int], list[int]]:
+    """(rank, op, bytes, peer as a group rank) -> sorted ends of the rank's send / recv rows."""
+    out: dict[tuple[int, str, int | None, int], list[int]] = defaultdict(list)
+    for rank, op, size, peer, end in con.execute("""
+            SELECT rank, op, bytes, peer_group_rank, end_ns FROM collectives
+            WHERE kind = 'p2p' AND peer_group_rank IS NOT NULL ORDER BY rank, op, bytes, peer_group_rank, end_ns""").fetchall():
+        out[(rank, op, size, peer)].append(end)
+    return out
+
+
+def _nearest_gap(ends: list[int] | None, t: int) -> float:
+    if not ends:
+        return NO_MATCH
+    i = bisect.bisect_left(ends, t)
+    return min(abs(ends[j] - t) for j in (i - 1, i) if 0 <= j < len(ends))
+
+
+def _collective_score(rows, rank: int, members: list[int], ends) -> float:
+    gaps = [max((_nearest_gap(ends.get((m, op, size)), end) for m in members if m != rank), default=0.0)
+            for op, size, end in rows]
+    return statistics.median(gaps) if gaps else NO_MATCH
+
+
+def _pick(scored: list[tuple[float, int, int, str]]) -> str | None:
+    finite = sorted(s for s in scored if s[0] != NO_MATCH)
+    return finite[0][3] if finite else None
+
+
+def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
+    """Decide the pending groups, rewrite `collectives`, record what was done in load_issues."""
+    (pending,) = con.execute("SELECT count(*) FROM collectives WHERE group_source = 'pending'").fetchone()
+    if not pending:
+        return
+    groups = _groups_of_ranks(con)
+    ends = _ends_by_signature(con)
+    p2p_ends = _p2p_ends(con)
+    units: dict[tuple[int, str], list[tuple[str, int | None, int]]] = defaultdict(list)
+    p2p_rows = []
+    for rank, tid, op, kind, size, ts, end, peer in con.execute("""
+            SELECT rank, run_tid, op, kind, bytes, ts_ns, end_ns, peer_group_rank FROM collectives
+            WHERE group_source = 'pending' ORDER BY rank, run_tid, ts_ns, end_ns""").fetchall():
+        if kind == "p2p":
+            p2p_rows.append((rank, tid, op, size, ts, end, peer))
+        else:
+            units[(rank, tid)].append((op, size, end))
+    decided_units: dict[tuple[int, str], str] = {}
+    taken: dict[tuple[int, str], set] = {}  # (rank, group) -> the (op, bytes) its decided units ran
+    for (rank, tid), rows in sorted(units.items()):
+        signature = {(op, size) for op, size, _ in rows}
+        scored = []
+        for name, members, index in groups.get(rank, []):
+            if len(members) > 1:
+                score = _collective_score(rows, rank, members, ends)
+                # on a tie, a group another thread of the rank runs different transfers in comes last
+                clash = int((rank, name) in taken and taken[(rank, name)] != signature)
+                scored.append((score, clash, len(members), index, name))
+        finite = sorted(s for s in scored if s[0] != NO_MATCH)
+        if finite:
+            decided_units[(rank, tid)] = finite[0][-1]
+            taken.setdefault((rank, finite[0][-1]), set()).update(signature)
+    # send / recv: decided per (rank, thread, op, peer, size): the group where the peer's
+    # opposite transfers of that size end nearest, over all of them (one transfer alone is noisy)
+    p2p_units: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for rank, tid, op, size, ts, end, peer in p2p_rows:
+        p2p_units[(rank, tid, op, peer, size)].append((ts, end))
+    decided_rows = []
+    for (rank, tid, op, peer, size), rows in sorted(p2p_units.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        choice = decided_units.get((rank, tid))
+        if choice is None and peer is not None:
+            scored = []
+            for name, members, index in groups.get(rank, []):
+                if 0 <= peer < len(members) and members[peer] != rank:
+                    # the peer's opposite transfers that name this rank, as a rank of the same group
+                    theirs = p2p_ends.get((members[peer], P2P_OPPOSITE.get(op, op), size, members.index(rank)))
+                    gap = statistics.median(_nearest_gap(theirs, end) for _, end in rows)
+                    scored.append((gap, len(members), index, name))
+            choice = _pick(scored)
+        if choice is not None:
+            decided_rows.extend((rank, tid, ts, end, choice) for ts, end in rows)
+    con.execute("CREATE OR REPLACE TEMP TABLE _unit_groups (rank INTEGER, run_tid VARCHAR, pg_name VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _row_groups "
+                "(rank INTEGER, run_tid VARCHAR, ts_ns BIGINT, end_ns BIGINT, pg_name VARCHAR)")
+    if decided_units:
+        con.executemany("INSERT INTO _unit_groups VALUES (?, ?, ?)",
+                        [(r, t, g) for (r, t), g in sorted(decided_units.items())])
+    if decided_rows:
+        con.executemany("INSERT INTO _row_groups VALUES (?, ?, ?, ?, ?)", decided_rows)
+    _rewrite_collectives(con)
+    _record_issues(con)
+    con.execute("DROP TABLE _unit_groups")
+    con.execute("DROP TABLE _row_groups")
+
+
+def _rewrite_collectives(con) -> None:
+    # collectives may be a view over the shards' Parquet files: the new rows become a table
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _collectives_grouped AS
+        WITH decided AS (
+            SELECT c.*, coalesce(r.pg_name, u.pg_name) AS inferred
+            FROM collectives AS c
+            LEFT JOIN _unit_groups AS u ON c.group_source = 'pending' AND u.rank = c.rank AND u.run_tid = c.run_tid
+                AND c.kind = 'collective'
+            LEFT JOIN _row_groups AS r ON c.group_source = 'pending' AND r.rank = c.rank
+                AND r.run_tid IS NOT DISTINCT FROM c.run_tid AND r.ts_ns = c.ts_ns AND r.end_ns = c.end_ns
+        ),
+        regrouped AS (
+            SELECT d.* REPLACE (
+                       coalesce(d.inferred, d.process_group) AS process_group,
+                       CASE WHEN d.inferred IS NOT NULL THEN 'inferred'
+                            WHEN d.group_source = 'pending' THEN 'unknown' ELSE d.group_source END AS group_source)
+            FROM decided AS d
+        )
+        SELECT g.* EXCLUDE (inferred) REPLACE (
+                   coalesce(p.pg_desc, g.pg_desc) AS pg_desc,
+                   coalesce(p.ranks, g.group_ranks) AS group_ranks,
+                   CASE WHEN g.peer_group_rank >= 0 AND g.peer_group_rank < len(coalesce(p.ranks, g.group_ranks))
+                        THEN coalesce(p.ranks, g.group_ranks)[g.peer_group_rank + 1] END AS peer,
+                   row_number() OVER (PARTITION BY g.rank, g.process_group ORDER BY g.ts_ns, g.end_ns) - 1 AS seq)
+        FROM regrouped AS g
+        LEFT JOIN pg_configs AS p ON g.group_source IN ('inferred', 'unknown') AND p.rank = g.rank
+            AND p.pg_name = g.process_group
+    """)
+    kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = 'collectives'"
+                       " AND table_schema = 'main'").fetchone()
+    con.execute("DROP VIEW collectives" if kind and kind[0] == "VIEW" else "DROP TABLE collectives")
+    con.execute("CREATE TABLE collectives AS SELECT * FROM _collectives_grouped ORDER BY rank, ts_ns, end_ns")
+    con.execute("DROP TABLE _collectives_grouped")
+
+
+def _record_issues(con) -> None:
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT c.rank, r.file, 'group-inferred', 'info',
+               'gloo collectives and send / recv carry no process group; assigned to groups '
+               || string_agg(DISTINCT c.process_group || coalesce(' (' || c.pg_desc || ')', ''), ', '
+                             ORDER BY c.process_group || coalesce(' (' || c.pg_desc || ')', ''))
+               || ' told apart by matching the call order, message sizes and ends of the ranks sharing each group',
+               count(*)
+        FROM collectives AS c JOIN ranks AS r USING (rank)
+        WHERE c.group_source = 'inferred' GROUP BY c.rank, r.file
+    """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT c.rank, r.file, 'group-not-inferred', 'warning',
+               'collectives whose process group could not be told (no group of the rank has matching '
+               || 'transfers on its other ranks) are compared in the rank''s largest group ' || any_value(c.process_group),
+               count(*)
+        FROM collectives AS c JOIN ranks AS r USING (rank)
+        WHERE c.group_source = 'unknown' AND c.rank IN (SELECT rank FROM pg_configs) GROUP BY c.rank, r.file
+    """)
