@@ -28,7 +28,7 @@ import pftrace_convert
 
 from traceanalyze import db as tracedb
 from traceanalyze.load.discover import identify
-from traceanalyze.load.pftrace import read_pftrace
+from traceanalyze.load.read import read_rank
 
 DEFAULT = ROOT / "fixtures/real/kineto-resnet50-nw0/worker0.1623143089861.pt.trace.json.gz"
 
@@ -48,7 +48,7 @@ def main() -> None:
             con = duckdb.connect()
             tracedb.create_schema(con)
             t0, c0 = time.perf_counter(), time.process_time()
-            read = read_pftrace(con, identify(pf, only_file=True))
+            read = read_rank(con, identify(pf, only_file=True))
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             best = (seconds, cpu) if best is None else min(best, (seconds, cpu))
             con.close()

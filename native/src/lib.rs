@@ -6,6 +6,7 @@
 
 pub mod columns;
 pub mod events;
+pub mod pftrace;
 #[cfg(feature = "python")]
 mod python;
 pub mod reader;

@@ -2,9 +2,12 @@
 
 `traceanalyze._native.TraceReader` (Rust, native/) streams the file (plain or gzip) and decodes
 every event into typed Arrow columns, times exact from the decimal text; DuckDB scans that
-stream straight into `raw_events` (Arrow C stream, no copy, no staging file). This module adds
-the rank, checks the time base, turns B/E pairs into X events and words the reader's counts
-as load issues. It is the only module that knows the native reader.
+stream straight into `raw_events` (Arrow C stream, no copy, no staging file). A Perfetto
+protobuf trace (by its name: discover.is_protobuf) is decoded by the same reader into the same
+columns (native/src/pftrace: tracks, slices, interned names, debug annotations as args). This
+module adds the rank, checks the time base, turns B/E pairs into X events and words the
+reader's counts as load issues. It is the only module that reads events with the native reader
+(discover.py asks it only for a Perfetto file's head metadata).
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ import duckdb
 
 from traceanalyze.load.extension import native as _native
 from traceanalyze.errors import TraceFormatError
-from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.pftrace_packets import is_protobuf
+from traceanalyze.load.discover import TraceFile, is_protobuf
 
 # Times beyond +-2**62 ns (the year 2116) are malformed: NULL (counted as bad-ts / bad-dur),
 # which also keeps every ts + dur sum of the tables within BIGINT.
@@ -48,15 +50,9 @@ def base_time_ns(metadata: dict) -> int:
 def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -> RankRead:
     """Parse `tf` into `raw_events` (rank = tf.rank). Raises TraceFormatError (one line, the
     file and the byte offset) for a file that is not a readable trace."""
-    if is_protobuf(tf.path):  # Perfetto protobuf: its own reader, the same rows (pftrace.py)
-        from traceanalyze.load.pftrace import read_pftrace
-
-        read = read_pftrace(con, tf)
-        read.events -= (pairs := _convert_begin_end(con, tf.rank))[0]
-        read.notes += pairs[1]
-        return read
+    protobuf = is_protobuf(tf.path)  # Perfetto protobuf: the same rows, from its own decoder
     try:
-        reader = _native.TraceReader(str(tf.path), threads=threads, block_bytes=BLOCK_BYTES)
+        reader = _native.TraceReader(str(tf.path), threads=threads, block_bytes=BLOCK_BYTES, protobuf=protobuf)
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     native_events = reader  # (found by DuckDB's replacement scan by this name)
@@ -76,7 +72,8 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
     notes: list[tuple[str, str, int | None]] = list(out["notes"])
     metadata = _metadata(out["metadata"], notes)
     base = base_time_ns(metadata)
-    if base != out["base_ns"]:  # (read with a guessed time base: put the right one)
+    if not protobuf and base != out["base_ns"]:  # (read with a guessed time base: put the right one;
+        # Perfetto timestamps are absolute)
         _shift_times(con, tf.rank, base - out["base_ns"])
     notes += _tally_notes(out["tally"])
     pairs, be_notes = _convert_begin_end(con, tf.rank)
