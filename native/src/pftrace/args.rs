@@ -3,8 +3,9 @@
 //! JSON of the rest, in annotation order; a key given twice keeps its first place and last
 //! value, as the JSON reading does).
 
-use std::collections::HashMap;
+use super::IdMap as HashMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 use super::messages::{AnnValue, Annotation, NameField};
 use crate::values;
@@ -43,53 +44,83 @@ pub fn lossy<'a>(b: &'a [u8], invalid: &mut u64) -> std::borrow::Cow<'a, str> {
 
 /// The interned strings an annotation may refer to.
 pub struct Strings<'s> {
-    pub names: &'s HashMap<u64, String>,
-    pub values: &'s HashMap<u64, String>,
+    pub names: &'s HashMap<u64, Arc<str>>,
+    pub values: &'s HashMap<u64, Arc<str>>,
 }
 
 /// The args of an event's annotations.
 pub fn args(anns: &[Annotation<'_>], s: &Strings<'_>, invalid: &mut u64) -> Args {
     let mut out = Args::default();
-    let mut others: Vec<(String, String)> = Vec::new();
+    // other_args written as they come (a key given twice, rare: written again, last value kept)
+    let mut keys: Vec<std::borrow::Cow<str>> = Vec::new();
+    let mut text = String::new();
+    let mut twice = false;
     for a in anns {
-        let key: std::borrow::Cow<str> = match a.name {
-            NameField::Iid(iid) if iid != 0 => match s.names.get(&iid) {
-                Some(k) => k.as_str().into(),
-                None => continue,
-            },
-            NameField::Text(t) => lossy(t, invalid),
-            _ => "".into(),
-        };
+        let Some(key) = key_of(a, s, invalid) else { continue };
         match crate::events::arg_slot(&key) {
             Some(i) => out.slots.push((i, typed(a, s, invalid))),
             None => {
-                let mut v = String::new();
-                json(a, s, false, 0, &mut v, invalid);
-                match others.iter_mut().find(|(k, _)| *k == key) {
-                    Some(o) => o.1 = v,
-                    None => others.push((key.into_owned(), v)),
-                }
+                twice |= keys.contains(&key);
+                text.push(if keys.is_empty() { '{' } else { ',' });
+                push_json_string(&key, &mut text);
+                text.push(':');
+                json(a, s, false, 0, &mut text, invalid);
+                keys.push(key);
             }
         }
     }
-    if !others.is_empty() {
-        let mut text = String::from("{");
-        for (n, (k, v)) in others.iter().enumerate() {
-            if n > 0 {
-                text.push(',');
+    if twice {
+        let mut others: Vec<(std::borrow::Cow<str>, String)> = Vec::new();
+        for a in anns {
+            let Some(key) = key_of(a, s, &mut 0) else { continue };
+            if crate::events::arg_slot(&key).is_some() {
+                continue;
             }
+            let mut v = String::new();
+            json(a, s, false, 0, &mut v, &mut 0);
+            match others.iter_mut().find(|(k, _)| *k == key) {
+                Some(o) => o.1 = v,
+                None => others.push((key, v)),
+            }
+        }
+        text.clear();
+        for (n, (k, v)) in others.iter().enumerate() {
+            text.push(if n == 0 { '{' } else { ',' });
             push_json_string(k, &mut text);
             text.push(':');
             text.push_str(v);
         }
+    }
+    if !keys.is_empty() {
         text.push('}');
         out.other = Some(text);
     }
     out
 }
 
+/// An annotation's name (None: an interned name never sent; the annotation is skipped).
+fn key_of<'a>(
+    a: &Annotation<'a>,
+    s: &'a Strings<'_>,
+    invalid: &mut u64,
+) -> Option<std::borrow::Cow<'a, str>> {
+    Some(match a.name {
+        NameField::Iid(iid) if iid != 0 => s.names.get(&iid)?.as_ref().into(),
+        NameField::Text(t) => lossy(t, invalid),
+        _ => "".into(),
+    })
+}
+
+/// `s` as a JSON string literal (serde_json's escaping; the common case, nothing to escape,
+/// copied straight).
 pub fn push_json_string(s: &str, out: &mut String) {
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    }
 }
 
 /// A double as the JSON reading prints a number it reads as a double.
@@ -164,7 +195,7 @@ fn json(
                 }
                 let key: std::borrow::Cow<str> = match e.name {
                     NameField::Text(t) => lossy(t, invalid),
-                    NameField::Iid(iid) => s.names.get(&iid).map_or("".into(), |k| k.into()),
+                    NameField::Iid(iid) => s.names.get(&iid).map_or("".into(), |k| k.as_ref().into()),
                     NameField::None => "".into(),
                 };
                 push_json_string(&key, out);
@@ -239,8 +270,8 @@ mod tests {
 
     #[test]
     fn typed_keys_and_the_rest_as_json() {
-        let names = HashMap::from([(1, "External id".to_string())]);
-        let values = HashMap::new();
+        let names: HashMap<u64, Arc<str>> = [(1, Arc::from("External id"))].into_iter().collect();
+        let values = HashMap::default();
         let s = Strings {
             names: &names,
             values: &values,

@@ -19,11 +19,13 @@
 //! A row's pid / tid come from its track as described when the row is written; a row whose
 //! track (or an ancestor) is not described yet waits for the end of the file.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
+use super::IdMap as HashMap;
 use super::args::{self, cast_integer, lossy, ArgVal, Args, Strings};
 use super::messages::{self as m, Counter, Data, NameField, Packet, TrackEvent};
 use crate::columns::{schema, Columns, Ty, COLUMNS, DUR_NS, FIRST_ARG, FLOW_ID, OTHER_ARGS, PH, TS_NS};
@@ -37,10 +39,10 @@ const FLOW_NAME: &str = "ac2g";
 
 #[derive(Default)]
 struct Sequence {
-    names: HashMap<u64, String>,
-    cats: HashMap<u64, String>,
-    ann_names: HashMap<u64, String>,
-    ann_strings: HashMap<u64, String>,
+    names: HashMap<u64, Arc<str>>,
+    cats: HashMap<u64, Arc<str>>,
+    ann_names: HashMap<u64, Arc<str>>,
+    ann_strings: HashMap<u64, Arc<str>>,
     default_track: Option<u64>,
 }
 
@@ -63,8 +65,8 @@ struct Resolved {
 
 struct Row {
     ph: u8,
-    cat: Option<String>,
-    name: Option<String>,
+    cat: Option<Arc<str>>,
+    name: Option<Arc<str>>,
     pid: Option<String>,
     tid: Option<String>,
     track: Option<u64>,
@@ -75,8 +77,8 @@ struct Row {
 }
 
 struct Open {
-    cat: Option<String>,
-    name: Option<String>,
+    cat: Option<Arc<str>>,
+    name: Option<Arc<str>>,
     ts: i64,
     args: Args,
 }
@@ -121,10 +123,10 @@ fn ns(v: u64) -> Option<i64> {
 impl Reading {
     pub fn new() -> Reading {
         Reading {
-            seqs: HashMap::new(),
-            tracks: HashMap::new(),
-            resolved: HashMap::new(),
-            open: HashMap::new(),
+            seqs: HashMap::default(),
+            tracks: HashMap::default(),
+            resolved: HashMap::default(),
+            open: HashMap::default(),
             pending: Vec::new(),
             cols: Columns::new(BATCH_ROWS, BATCH_ROWS * 64),
             schema: schema(),
@@ -165,7 +167,7 @@ impl Reading {
             (&p.interned.annotation_strings, &mut seq.ann_strings),
         ] {
             for (iid, text) in list {
-                map.insert(*iid, lossy(text, invalid).into_owned());
+                map.insert(*iid, Arc::from(lossy(text, invalid)));
             }
         }
         if let Some(track) = p.defaults {
@@ -258,7 +260,7 @@ impl Reading {
             self.emit(Row {
                 ph: b'M',
                 cat: None,
-                name: Some(event.to_string()),
+                name: Some(Arc::from(event)),
                 pid: None,
                 tid: tid.map(str::to_string),
                 track: Some(d.uuid),
@@ -271,12 +273,12 @@ impl Reading {
     }
 
     /// (name, categories) of an event.
-    fn names(&mut self, te: &TrackEvent<'_>, seq_id: u32) -> (Option<String>, Option<String>) {
+    fn names(&mut self, te: &TrackEvent<'_>, seq_id: u32) -> (Option<Arc<str>>, Option<Arc<str>>) {
         let seq = self.seqs.get(&seq_id);
         let invalid = &mut self.tally.invalid_utf8;
         let mut unknown = 0;
         let name = match te.name {
-            NameField::Text(t) => Some(lossy(t, invalid).into_owned()),
+            NameField::Text(t) => Some(Arc::from(lossy(t, invalid))),
             NameField::Iid(iid) => {
                 let n = seq.and_then(|s| s.names.get(&iid)).cloned();
                 unknown += n.is_none() as u64;
@@ -284,15 +286,21 @@ impl Reading {
             }
             NameField::None => None,
         };
-        let mut cats: Vec<String> = te.categories.iter().map(|c| lossy(c, invalid).into_owned()).collect();
+        if te.categories.is_empty() && te.category_iids.len() == 1 {
+            // (the common case: one interned category)
+            let cat = seq.and_then(|s| s.cats.get(&te.category_iids[0])).cloned();
+            self.counts.unknown_interned += unknown + cat.is_none() as u64;
+            return (name, cat);
+        }
+        let mut cats: Vec<std::borrow::Cow<str>> = te.categories.iter().map(|c| lossy(c, invalid)).collect();
         for iid in &te.category_iids {
             match seq.and_then(|s| s.cats.get(iid)) {
-                Some(c) => cats.push(c.clone()),
+                Some(c) => cats.push(c.as_ref().into()),
                 None => unknown += 1,
             }
         }
         self.counts.unknown_interned += unknown;
-        (name, (!cats.is_empty()).then(|| cats.join(",")))
+        (name, (!cats.is_empty()).then(|| Arc::from(cats.join(","))))
     }
 
     fn args(&mut self, te: &TrackEvent<'_>, seq_id: u32) -> Args {
@@ -337,7 +345,7 @@ impl Reading {
             return;
         }
         let (name, cat) = self.names(te, seq_id);
-        let row = |ph: u8, cat: Option<String>, name: Option<String>, ts, flow, args| Row {
+        let row = |ph: u8, cat: Option<Arc<str>>, name: Option<Arc<str>>, ts, flow, args| Row {
             ph,
             cat,
             name,
@@ -386,7 +394,7 @@ impl Reading {
                 let args = self.args(te, seq_id);
                 self.open.entry(track).or_default().push(Open { cat, name, ts, args });
                 for (ph, fid) in flows {
-                    let flow = Some(FLOW_NAME.to_string());
+                    let flow = Some(Arc::from(FLOW_NAME));
                     self.emit(row(ph, flow.clone(), flow, Some(ts), Some(fid), Args::default()));
                 }
             }

@@ -422,3 +422,56 @@ pub fn open_events(
         Box::new(crate::trace::TraceParser::open(path, limits)?)
     })
 }
+
+/// A hasher for the u64 ids of a trace (interned ids, track uuids): one multiply-fold with a
+/// per-process random key, much cheaper than SipHash per event, and not predictable by a file.
+#[derive(Clone)]
+pub struct IdHasher {
+    key: u64,
+    state: u64,
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let h = (self.state ^ self.key) as u128 * 0x9E37_79B9_7F4A_7C15u128;
+        (h as u64) ^ ((h >> 64) as u64)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.state = self.state.rotate_left(8) ^ *b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.state = self.state.rotate_left(29) ^ n;
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+#[derive(Clone)]
+pub struct IdHash(u64);
+
+impl Default for IdHash {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        IdHash(*KEY.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64)))
+    }
+}
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher { key: self.0, state: 0 }
+    }
+}
+
+/// A map keyed by ids.
+pub type IdMap<K, V> = std::collections::HashMap<K, V, IdHash>;
