@@ -95,8 +95,8 @@ impl TraceReader {
             max_item_bytes,
             ..Limits::default()
         };
-        let opened =
-            catch_unwind(|| open_events(Path::new(path), limits, protobuf)).unwrap_or_else(|p| {
+        let opened = catch_unwind(|| open_events(Path::new(path), limits, protobuf))
+            .unwrap_or_else(|p| {
                 Err(TraceError {
                     message: panic_message(p),
                     offset: None,

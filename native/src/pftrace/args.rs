@@ -29,7 +29,11 @@ pub struct Args {
 
 impl Args {
     pub fn slot(&self, i: usize) -> Option<&Option<ArgVal>> {
-        self.slots.iter().rev().find(|(k, _)| *k == i).map(|(_, v)| v)
+        self.slots
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == i)
+            .map(|(_, v)| v)
     }
 }
 
@@ -56,7 +60,9 @@ pub fn args(anns: &[Annotation<'_>], s: &Strings<'_>, invalid: &mut u64) -> Args
     let mut text = String::new();
     let mut twice = false;
     for a in anns {
-        let Some(key) = key_of(a, s, invalid) else { continue };
+        let Some(key) = key_of(a, s, invalid) else {
+            continue;
+        };
         match crate::events::arg_slot(&key) {
             Some(i) => out.slots.push((i, typed(a, s, invalid))),
             None => {
@@ -72,7 +78,9 @@ pub fn args(anns: &[Annotation<'_>], s: &Strings<'_>, invalid: &mut u64) -> Args
     if twice {
         let mut others: Vec<(std::borrow::Cow<str>, String)> = Vec::new();
         for a in anns {
-            let Some(key) = key_of(a, s, &mut 0) else { continue };
+            let Some(key) = key_of(a, s, &mut 0) else {
+                continue;
+            };
             if crate::events::arg_slot(&key).is_some() {
                 continue;
             }
@@ -195,7 +203,9 @@ fn json(
                 }
                 let key: std::borrow::Cow<str> = match e.name {
                     NameField::Text(t) => lossy(t, invalid),
-                    NameField::Iid(iid) => s.names.get(&iid).map_or("".into(), |k| k.as_ref().into()),
+                    NameField::Iid(iid) => {
+                        s.names.get(&iid).map_or("".into(), |k| k.as_ref().into())
+                    }
                     NameField::None => "".into(),
                 };
                 push_json_string(&key, out);

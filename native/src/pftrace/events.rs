@@ -25,10 +25,12 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
-use super::IdMap as HashMap;
 use super::args::{self, cast_integer, lossy, ArgVal, Args, Strings};
 use super::messages::{self as m, Counter, Data, NameField, Packet, TrackEvent};
-use crate::columns::{schema, Columns, Ty, COLUMNS, DUR_NS, FIRST_ARG, FLOW_ID, OTHER_ARGS, PH, TS_NS};
+use super::IdMap as HashMap;
+use crate::columns::{
+    schema, Columns, Ty, COLUMNS, DUR_NS, FIRST_ARG, FLOW_ID, OTHER_ARGS, PH, TS_NS,
+};
 use crate::events::{Tally, ALIASES, TIME_LIMIT_NS, TYPED_ARGS};
 use crate::values::Bad;
 
@@ -187,7 +189,9 @@ impl Reading {
         for e in entries {
             let Some(value) = &e.value else { continue };
             let json = match value {
-                m::MetaValue::Text(t) => serde_json::to_string(&lossy(t, invalid)).unwrap_or_default(),
+                m::MetaValue::Text(t) => {
+                    serde_json::to_string(&lossy(t, invalid)).unwrap_or_default()
+                }
                 m::MetaValue::Bool(b) => b.to_string(),
                 m::MetaValue::Int(i) => i.to_string(),
                 m::MetaValue::Json(t) => {
@@ -199,7 +203,8 @@ impl Reading {
                     }
                 }
             };
-            self.metadata.push((lossy(e.name, invalid).into_owned(), json));
+            self.metadata
+                .push((lossy(e.name, invalid).into_owned(), json));
         }
     }
 
@@ -227,22 +232,51 @@ impl Reading {
         let mut rows: Vec<(&str, Option<&str>, &str, ArgVal)> = Vec::new();
         if let Some(p) = &d.process {
             if let Some(name) = p.process_name {
-                rows.push(("process_name", Some("0"), "name", ArgVal::Text(lossy(name, invalid).into_owned())));
+                rows.push((
+                    "process_name",
+                    Some("0"),
+                    "name",
+                    ArgVal::Text(lossy(name, invalid).into_owned()),
+                ));
             }
             if !p.process_labels.is_empty() {
-                let labels: Vec<String> = p.process_labels.iter().map(|l| lossy(l, invalid).into_owned()).collect();
-                rows.push(("process_labels", Some("0"), "labels", ArgVal::Text(labels.join(","))));
+                let labels: Vec<String> = p
+                    .process_labels
+                    .iter()
+                    .map(|l| lossy(l, invalid).into_owned())
+                    .collect();
+                rows.push((
+                    "process_labels",
+                    Some("0"),
+                    "labels",
+                    ArgVal::Text(labels.join(",")),
+                ));
             }
             if let Some(i) = p.legacy_sort_index {
-                rows.push(("process_sort_index", Some("0"), "sort_index", ArgVal::Int(i as i64)));
+                rows.push((
+                    "process_sort_index",
+                    Some("0"),
+                    "sort_index",
+                    ArgVal::Int(i as i64),
+                ));
             }
         }
         if let Some(t) = &d.thread {
             if let Some(name) = t.thread_name {
-                rows.push(("thread_name", None, "name", ArgVal::Text(lossy(name, invalid).into_owned())));
+                rows.push((
+                    "thread_name",
+                    None,
+                    "name",
+                    ArgVal::Text(lossy(name, invalid).into_owned()),
+                ));
             }
             if let Some(i) = t.legacy_sort_index {
-                rows.push(("thread_sort_index", None, "sort_index", ArgVal::Int(i as i64)));
+                rows.push((
+                    "thread_sort_index",
+                    None,
+                    "sort_index",
+                    ArgVal::Int(i as i64),
+                ));
             }
         }
         for (event, tid, key, value) in rows {
@@ -254,7 +288,10 @@ impl Reading {
                         ArgVal::Int(i) => i.to_string(),
                         ArgVal::Text(t) => serde_json::to_string(&t).unwrap_or_default(),
                     };
-                    a.other = Some(format!("{{{}:{text}}}", serde_json::to_string(key).unwrap_or_default()));
+                    a.other = Some(format!(
+                        "{{{}:{text}}}",
+                        serde_json::to_string(key).unwrap_or_default()
+                    ));
                 }
             }
             self.emit(Row {
@@ -292,7 +329,8 @@ impl Reading {
             self.counts.unknown_interned += unknown + cat.is_none() as u64;
             return (name, cat);
         }
-        let mut cats: Vec<std::borrow::Cow<str>> = te.categories.iter().map(|c| lossy(c, invalid)).collect();
+        let mut cats: Vec<std::borrow::Cow<str>> =
+            te.categories.iter().map(|c| lossy(c, invalid)).collect();
         for iid in &te.category_iids {
             match seq.and_then(|s| s.cats.get(iid)) {
                 Some(c) => cats.push(c.as_ref().into()),
@@ -392,10 +430,22 @@ impl Reading {
         match te.kind {
             m::TYPE_SLICE_BEGIN => {
                 let args = self.args(te, seq_id);
-                self.open.entry(track).or_default().push(Open { cat, name, ts, args });
+                self.open.entry(track).or_default().push(Open {
+                    cat,
+                    name,
+                    ts,
+                    args,
+                });
                 for (ph, fid) in flows {
                     let flow = Some(Arc::from(FLOW_NAME));
-                    self.emit(row(ph, flow.clone(), flow, Some(ts), Some(fid), Args::default()));
+                    self.emit(row(
+                        ph,
+                        flow.clone(),
+                        flow,
+                        Some(ts),
+                        Some(fid),
+                        Args::default(),
+                    ));
                 }
             }
             m::TYPE_INSTANT => {
@@ -404,7 +454,14 @@ impl Reading {
                     self.emit(row(b'i', cat, name, Some(ts), None, args));
                 } else {
                     for (ph, fid) in flows {
-                        self.emit(row(ph, cat.clone(), name.clone(), Some(ts), Some(fid), args.clone()));
+                        self.emit(row(
+                            ph,
+                            cat.clone(),
+                            name.clone(),
+                            Some(ts),
+                            Some(fid),
+                            args.clone(),
+                        ));
                     }
                 }
             }
@@ -412,12 +469,10 @@ impl Reading {
                 let mut value = String::new();
                 match te.counter {
                     Some(Counter::Int(v)) => value = v.to_string(),
-                    Some(Counter::Double(f)) => {
-                        if !args::push_double(f, &mut value) {
-                            value.push_str("null");
-                        }
+                    Some(Counter::Double(f)) if !args::push_double(f, &mut value) => {
+                        value.push_str("null")
                     }
-                    None => {}
+                    Some(Counter::Double(_)) | None => {}
                 }
                 let mut a = Args::default();
                 if !value.is_empty() {
@@ -431,7 +486,12 @@ impl Reading {
 
     /// A track's (pid, tid) as described so far: None while it, or an ancestor it needs, is
     /// not described (`last`: at the end, an undescribed track has none).
-    fn resolve(&self, uuid: Option<u64>, depth: usize, last: bool) -> Option<(Option<String>, Option<String>)> {
+    fn resolve(
+        &self,
+        uuid: Option<u64>,
+        depth: usize,
+        last: bool,
+    ) -> Option<(Option<String>, Option<String>)> {
         let Some(uuid) = uuid else {
             return Some((None, None));
         };
@@ -449,7 +509,10 @@ impl Reading {
         }
         if let Some(name) = &info.name {
             return Some(match info.parent {
-                Some(_) => (self.resolve(info.parent, depth + 1, last)?.0, Some(name.clone())),
+                Some(_) => (
+                    self.resolve(info.parent, depth + 1, last)?.0,
+                    Some(name.clone()),
+                ),
                 None => (Some(name.clone()), None),
             });
         }
@@ -464,8 +527,19 @@ impl Reading {
             if !self.resolved.contains_key(&t) {
                 match self.resolve(Some(t), 0, false) {
                     Some((pid, tid)) => {
-                        let counter_name = self.tracks.get(&t).filter(|i| i.counter).and_then(|i| i.name.clone());
-                        self.resolved.insert(t, Resolved { pid, tid, counter_name });
+                        let counter_name = self
+                            .tracks
+                            .get(&t)
+                            .filter(|i| i.counter)
+                            .and_then(|i| i.name.clone());
+                        self.resolved.insert(
+                            t,
+                            Resolved {
+                                pid,
+                                tid,
+                                counter_name,
+                            },
+                        );
                     }
                     None => {
                         self.pending.push(row);
@@ -479,7 +553,10 @@ impl Reading {
 
     fn write(&mut self, row: Row) {
         let none = Resolved::default();
-        let r = row.track.and_then(|t| self.resolved.get(&t)).unwrap_or(&none);
+        let r = row
+            .track
+            .and_then(|t| self.resolved.get(&t))
+            .unwrap_or(&none);
         let cols = &mut self.cols;
         cols.str(PH, Some((row.ph as char).encode_utf8(&mut [0; 4])));
         cols.str(1, row.cat.as_deref());
@@ -519,8 +596,19 @@ impl Reading {
             if let Some(t) = row.track {
                 if !self.resolved.contains_key(&t) {
                     let (pid, tid) = self.resolve(Some(t), 0, true).unwrap_or_default();
-                    let counter_name = self.tracks.get(&t).filter(|i| i.counter).and_then(|i| i.name.clone());
-                    self.resolved.insert(t, Resolved { pid, tid, counter_name });
+                    let counter_name = self
+                        .tracks
+                        .get(&t)
+                        .filter(|i| i.counter)
+                        .and_then(|i| i.name.clone());
+                    self.resolved.insert(
+                        t,
+                        Resolved {
+                            pid,
+                            tid,
+                            counter_name,
+                        },
+                    );
                 }
             }
             self.write(row);
@@ -532,11 +620,31 @@ impl Reading {
     pub fn notes(&self) -> Vec<(String, String, Option<u64>)> {
         let c = &self.counts;
         let mut out: Vec<(String, String, Option<u64>)> = [
-            ("unmatched-slice-end", "slice ends without a begin on their track were skipped", c.unmatched_slice_end),
-            ("unknown-interned", "names or categories referring to interned data never sent were read as NULL", c.unknown_interned),
-            ("unknown-event-type", "track events of an unknown type (or without a timestamp) were skipped", c.unknown_event_type),
-            ("unclosed-slices", "slice begins without an end were skipped", c.unclosed_slices),
-            ("bad-packets", "packets that could not be decoded were skipped", self.bad_packets),
+            (
+                "unmatched-slice-end",
+                "slice ends without a begin on their track were skipped",
+                c.unmatched_slice_end,
+            ),
+            (
+                "unknown-interned",
+                "names or categories referring to interned data never sent were read as NULL",
+                c.unknown_interned,
+            ),
+            (
+                "unknown-event-type",
+                "track events of an unknown type (or without a timestamp) were skipped",
+                c.unknown_event_type,
+            ),
+            (
+                "unclosed-slices",
+                "slice begins without an end were skipped",
+                c.unclosed_slices,
+            ),
+            (
+                "bad-packets",
+                "packets that could not be decoded were skipped",
+                self.bad_packets,
+            ),
         ]
         .into_iter()
         .filter(|(_, _, n)| *n > 0)
@@ -561,7 +669,10 @@ fn write_args(cols: &mut Columns, a: &Args, tally: &mut Tally) {
     for i in 0..TYPED_ARGS {
         let col = FIRST_ARG + i;
         let slot = a.slot(i);
-        let alias = ALIASES.iter().find(|(_, of)| *of == i).map(|(al, _)| a.slot(*al));
+        let alias = ALIASES
+            .iter()
+            .find(|(_, of)| *of == i)
+            .map(|(al, _)| a.slot(*al));
         if slot.is_none() && alias.flatten().is_none() {
             continue;
         }
@@ -593,7 +704,9 @@ fn write_args(cols: &mut Columns, a: &Args, tally: &mut Tally) {
                         value = Ok(v);
                     }
                 }
-                if value == Err(Bad::Invalid) || (value.is_err() && alias.map(read) == Some(Err(Bad::Invalid))) {
+                if value == Err(Bad::Invalid)
+                    || (value.is_err() && alias.map(read) == Some(Err(Bad::Invalid)))
+                {
                     tally.bad_args[i] += 1;
                 }
                 cols.int(col, value.ok());

@@ -95,7 +95,8 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        let left = digits.len() - i;
+        if i > 0 && left / 3 * 3 == left {
             out.push(',');
         }
         out.push(c);
@@ -469,7 +470,10 @@ impl Default for IdHash {
 impl std::hash::BuildHasher for IdHash {
     type Hasher = IdHasher;
     fn build_hasher(&self) -> IdHasher {
-        IdHasher { key: self.0, state: 0 }
+        IdHasher {
+            key: self.0,
+            state: 0,
+        }
     }
 }
 

@@ -91,11 +91,17 @@ fn file(data: &[u8], tag: &str) -> Tmp {
         "traceanalyze-pftrace-test-{}-{tag}.pftrace",
         std::process::id()
     ));
-    std::fs::File::create(&path).unwrap().write_all(data).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(data)
+        .unwrap();
     Tmp(path)
 }
 
-fn read(data: &[u8], tag: &str) -> Result<(Vec<Vec<Option<String>>>, Outcome), TraceError> {
+/// A row's values as text (None: NULL), in column order.
+type Rows = Vec<Vec<Option<String>>>;
+
+fn read(data: &[u8], tag: &str) -> Result<(Rows, Outcome), TraceError> {
     let f = file(data, tag);
     let limits = Limits {
         block_bytes: 4096,
@@ -118,7 +124,10 @@ fn read(data: &[u8], tag: &str) -> Result<(Vec<Vec<Option<String>>>, Outcome), T
                     } else if let Some(i) = c.as_any().downcast_ref::<Int64Array>() {
                         Some(i.value(r).to_string())
                     } else {
-                        let i = c.as_any().downcast_ref::<arrow_array::Int32Array>().unwrap();
+                        let i = c
+                            .as_any()
+                            .downcast_ref::<arrow_array::Int32Array>()
+                            .unwrap();
                         Some(i.value(r).to_string())
                     }
                 })
@@ -130,7 +139,10 @@ fn read(data: &[u8], tag: &str) -> Result<(Vec<Vec<Option<String>>>, Outcome), T
 }
 
 fn col(name: &str) -> usize {
-    crate::columns::COLUMNS.iter().position(|c| c.0 == name).unwrap()
+    crate::columns::COLUMNS
+        .iter()
+        .position(|c| c.0 == name)
+        .unwrap()
 }
 
 fn get<'a>(row: &'a [Option<String>], name: &str) -> Option<&'a str> {
@@ -157,7 +169,11 @@ fn slices_instants_flows_and_counters() {
             p,
         )
     })));
-    let names = [interned_name(2, 1, "step"), interned_name(1, 1, "user_annotation")].concat();
+    let names = [
+        interned_name(2, 1, "step"),
+        interned_name(1, 1, "user_annotation"),
+    ]
+    .concat();
     data.extend(event(
         1_000,
         |t| {
@@ -191,16 +207,30 @@ fn slices_instants_flows_and_counters() {
         None,
         0,
     ));
-    data.extend(event(3_000, |t| {
-        varint(9, 2, t);
-        varint(11, 5, t);
-    }, None, 0));
+    data.extend(event(
+        3_000,
+        |t| {
+            varint(9, 2, t);
+            varint(11, 5, t);
+        },
+        None,
+        0,
+    ));
     let (rows, o) = read(&data, "slices").unwrap();
     let summary: Vec<_> = rows
         .iter()
         .map(|r| {
             [
-                "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "flow_id", "other_args", "label",
+                "ph",
+                "cat",
+                "name",
+                "pid",
+                "tid",
+                "ts_ns",
+                "dur_ns",
+                "flow_id",
+                "other_args",
+                "label",
             ]
             .map(|c| get(r, c).map(str::to_string))
         })
@@ -209,11 +239,66 @@ fn slices_instants_flows_and_counters() {
     assert_eq!(
         summary,
         vec![
-            [s("M"), None, s("thread_name"), s("10"), s("11"), None, None, None, None, s("main")],
-            [s("s"), s("ac2g"), s("ac2g"), s("10"), s("11"), s("1000"), None, s("77"), None, None],
-            [s("i"), None, s("mark"), s("10"), s("11"), s("1500"), None, None, None, None],
-            [s("C"), None, s("MB"), s("10"), s("11"), s("1600"), None, None, s(r#"{"MB":12}"#), None],
-            [s("X"), s("user_annotation"), s("step"), s("10"), s("11"), s("1000"), s("2000"), None, None, None],
+            [
+                s("M"),
+                None,
+                s("thread_name"),
+                s("10"),
+                s("11"),
+                None,
+                None,
+                None,
+                None,
+                s("main")
+            ],
+            [
+                s("s"),
+                s("ac2g"),
+                s("ac2g"),
+                s("10"),
+                s("11"),
+                s("1000"),
+                None,
+                s("77"),
+                None,
+                None
+            ],
+            [
+                s("i"),
+                None,
+                s("mark"),
+                s("10"),
+                s("11"),
+                s("1500"),
+                None,
+                None,
+                None,
+                None
+            ],
+            [
+                s("C"),
+                None,
+                s("MB"),
+                s("10"),
+                s("11"),
+                s("1600"),
+                None,
+                None,
+                s(r#"{"MB":12}"#),
+                None
+            ],
+            [
+                s("X"),
+                s("user_annotation"),
+                s("step"),
+                s("10"),
+                s("11"),
+                s("1000"),
+                s("2000"),
+                None,
+                None,
+                None
+            ],
         ]
     );
     assert_eq!(o.events, 5);
@@ -225,17 +310,27 @@ fn slices_instants_flows_and_counters() {
 #[test]
 fn interning_cleared_and_unknown_ids() {
     let mut data = thread_track(5, 1, 2, None);
-    data.extend(event(10, |t| {
-        varint(9, 3, t);
-        varint(11, 5, t);
-        varint(10, 1, t);
-    }, Some(interned_name(2, 1, "first")), 1));
+    data.extend(event(
+        10,
+        |t| {
+            varint(9, 3, t);
+            varint(11, 5, t);
+            varint(10, 1, t);
+        },
+        Some(interned_name(2, 1, "first")),
+        1,
+    ));
     // the state is cleared: iid 1 is unknown until sent again
-    data.extend(event(20, |t| {
-        varint(9, 3, t);
-        varint(11, 5, t);
-        varint(10, 1, t);
-    }, None, 1));
+    data.extend(event(
+        20,
+        |t| {
+            varint(9, 3, t);
+            varint(11, 5, t);
+            varint(10, 1, t);
+        },
+        None,
+        1,
+    ));
     let (rows, o) = read(&data, "interning").unwrap();
     let names: Vec<_> = rows.iter().map(|r| get(r, "name")).collect();
     assert_eq!(names, vec![Some("first"), None]);
@@ -251,18 +346,27 @@ fn debug_annotations_are_typed_args_and_other_args() {
             value(a);
         })
     };
-    data.extend(event(10, |t| {
-        varint(9, 3, t);
-        varint(11, 5, t);
-        bytes(4, &ann("External id", &|a| varint(4, 7, a)), t);
-        bytes(4, &ann("Device Type", &|a| {
-            encode_key(5, WireType::SixtyFourBit, a);
-            a.extend(1.0f64.to_bits().to_le_bytes());
-        }), t);
-        bytes(4, &ann("device", &|a| bytes(6, b"oops", a)), t);
-        bytes(4, &ann("Bytes", &|a| varint(4, (-64i64) as u64, a)), t);
-        bytes(4, &ann("stage", &|a| bytes(6, b"fwd", a)), t);
-    }, None, 0));
+    data.extend(event(
+        10,
+        |t| {
+            varint(9, 3, t);
+            varint(11, 5, t);
+            bytes(4, &ann("External id", &|a| varint(4, 7, a)), t);
+            bytes(
+                4,
+                &ann("Device Type", &|a| {
+                    encode_key(5, WireType::SixtyFourBit, a);
+                    a.extend(1.0f64.to_bits().to_le_bytes());
+                }),
+                t,
+            );
+            bytes(4, &ann("device", &|a| bytes(6, b"oops", a)), t);
+            bytes(4, &ann("Bytes", &|a| varint(4, (-64i64) as u64, a)), t);
+            bytes(4, &ann("stage", &|a| bytes(6, b"fwd", a)), t);
+        },
+        None,
+        0,
+    ));
     let (rows, o) = read(&data, "args").unwrap();
     let r = &rows[0];
     assert_eq!(get(r, "external_id"), Some("7"));
@@ -275,11 +379,16 @@ fn debug_annotations_are_typed_args_and_other_args() {
 
 #[test]
 fn a_track_described_after_its_events() {
-    let mut data = event(10, |t| {
-        varint(9, 3, t);
-        varint(11, 9, t);
-        bytes(23, b"early", t);
-    }, None, 0);
+    let mut data = event(
+        10,
+        |t| {
+            varint(9, 3, t);
+            varint(11, 9, t);
+            bytes(23, b"early", t);
+        },
+        None,
+        0,
+    );
     data.extend(thread_track(9, 3, 4, None));
     let (rows, _) = read(&data, "late-track").unwrap();
     assert_eq!(get(&rows[0], "pid"), Some("3"));
@@ -288,10 +397,18 @@ fn a_track_described_after_its_events() {
 
 #[test]
 fn cut_and_damaged_streams() {
-    let good = [thread_track(5, 1, 2, None), event(10, |t| {
-        varint(9, 3, t);
-        varint(11, 5, t);
-    }, None, 0)]
+    let good = [
+        thread_track(5, 1, 2, None),
+        event(
+            10,
+            |t| {
+                varint(9, 3, t);
+                varint(11, 5, t);
+            },
+            None,
+            0,
+        ),
+    ]
     .concat();
     // cut inside the second packet: the first is kept, the rest counted as lost
     let first = thread_track(5, 1, 2, None).len();
@@ -304,7 +421,10 @@ fn cut_and_damaged_streams() {
     damaged.extend([0x12, 0x01, 0x00]);
     let (rows, o) = read(&damaged, "damaged").unwrap();
     assert_eq!(rows.len(), 1);
-    assert!(o.notes.iter().any(|n| n.0 == "damaged" && n.1.contains("field tag 18")));
+    assert!(o
+        .notes
+        .iter()
+        .any(|n| n.0 == "damaged" && n.1.contains("field tag 18")));
     let e = read(b"{\"traceEvents\": []}", "json").unwrap_err();
     assert_eq!(
         e.message,
@@ -320,11 +440,19 @@ fn cut_and_damaged_streams() {
 
 #[test]
 fn compressed_packets_and_their_bound() {
-    let inner = [thread_track(5, 1, 2, None), event(10, |t| {
-        varint(9, 3, t);
-        varint(11, 5, t);
-        bytes(23, b"inside", t);
-    }, None, 0)]
+    let inner = [
+        thread_track(5, 1, 2, None),
+        event(
+            10,
+            |t| {
+                varint(9, 3, t);
+                varint(11, 5, t);
+                bytes(23, b"inside", t);
+            },
+            None,
+            0,
+        ),
+    ]
     .concat();
     let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
     z.write_all(&inner).unwrap();
@@ -338,7 +466,11 @@ fn compressed_packets_and_their_bound() {
     for _ in 0..80 {
         z.write_all(&vec![0u8; 1 << 20]).unwrap();
     }
-    let bomb = [data.clone(), frame(&msg(|p| bytes(50, &z.finish().unwrap(), p)))].concat();
+    let bomb = [
+        data.clone(),
+        frame(&msg(|p| bytes(50, &z.finish().unwrap(), p))),
+    ]
+    .concat();
     let e = read(&bomb, "bomb").unwrap_err();
     assert!(e.message.contains("zip bomb"), "{}", e.message);
 }
@@ -349,14 +481,22 @@ fn head_metadata_of_the_first_packets() {
         bytes(
             5,
             &msg(|c| {
-                bytes(2, &msg(|m| {
-                    bytes(1, b"distributedInfo", m);
-                    bytes(5, br#"{"rank": 3}"#, m);
-                }), c);
-                bytes(2, &msg(|m| {
-                    bytes(1, b"note", m);
-                    bytes(2, b"a \"quoted\" text", m);
-                }), c);
+                bytes(
+                    2,
+                    &msg(|m| {
+                        bytes(1, b"distributedInfo", m);
+                        bytes(5, br#"{"rank": 3}"#, m);
+                    }),
+                    c,
+                );
+                bytes(
+                    2,
+                    &msg(|m| {
+                        bytes(1, b"note", m);
+                        bytes(2, b"a \"quoted\" text", m);
+                    }),
+                    c,
+                );
             }),
             p,
         )
