@@ -2,7 +2,8 @@
 //!
 //! Stages, one module each: `reader` (bytes, gzip) -> `scan` (layout, event spans) ->
 //! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches); `trace`
-//! drives them for one file. `python` is the PyO3 boundary (no panic crosses it).
+//! drives them for one file. `pftrace` reads Perfetto protobuf traces into the same columns.
+//! `python` is the PyO3 boundary (no panic crosses it).
 
 pub mod columns;
 pub mod events;

@@ -64,7 +64,8 @@ impl Shared {
     }
 }
 
-/// A trace file's events as an Arrow C stream (read once, as it is consumed).
+/// A trace file's events as an Arrow C stream (read once, as it is consumed): Kineto / Chrome
+/// JSON, or Perfetto protobuf with `protobuf=True`.
 #[pyclass(module = "traceanalyze._native")]
 struct TraceReader {
     shared: Arc<Mutex<Shared>>,
