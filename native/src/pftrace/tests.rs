@@ -511,3 +511,71 @@ fn head_metadata_of_the_first_packets() {
     );
     assert_eq!(head_metadata(&thread_track(5, 1, 2, None)), None);
 }
+
+#[test]
+fn mutated_bytes_read_or_fail_in_one_line() {
+    // (a deterministic stand-in for the fuzz target: flips, cuts and insertions of a small
+    // trace with nested annotations, interning and a compressed chunk)
+    let ann = msg(|a| {
+        bytes(10, b"dims", a);
+        bytes(12, &msg(|e| varint(4, 3, e)), a);
+        bytes(12, &msg(|e| bytes(9, b"{\"k\": [1, 2.50]}", e)), a);
+    });
+    let base = [
+        thread_track(5, 1, 2, Some("t")),
+        event(
+            10,
+            |t| {
+                varint(9, 1, t);
+                varint(11, 5, t);
+                varint(10, 1, t);
+                bytes(4, &ann, t);
+            },
+            Some(interned_name(2, 1, "op")),
+            1,
+        ),
+        event(
+            20,
+            |t| {
+                varint(9, 2, t);
+                varint(11, 5, t);
+            },
+            None,
+            0,
+        ),
+    ]
+    .concat();
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(&base).unwrap();
+    let base = [
+        base.clone(),
+        frame(&msg(|p| bytes(50, &z.finish().unwrap(), p))),
+    ]
+    .concat();
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for case in 0..300 {
+        let mut data = base.clone();
+        for _ in 0..1 + next(4) {
+            let at = next(data.len());
+            match next(3) {
+                0 => data[at] = next(256) as u8,
+                1 => data.truncate(at.max(1)),
+                _ => data.insert(at, next(256) as u8),
+            }
+        }
+        let _ = head_metadata(&data);
+        match read(&data, &format!("mutated-{case}")) {
+            Ok((rows, o)) => {
+                assert_eq!(rows.len() as u64, o.events);
+                assert!(o.events_bytes + o.lost_bytes <= data.len() as u64);
+            }
+            Err(e) => assert!(!e.message.is_empty() && !e.message.contains('\n')),
+        }
+    }
+}
