@@ -16,7 +16,8 @@ Layout (what Kineto's PerfettoTraceBuilder and torch's .pftrace export write):
   a JSON null, or an integer beyond 64 bits, as legacy_json_value);
 - instants (i) are TYPE_INSTANT; flow events (s / f) are TYPE_INSTANT events carrying the flow
   name / category with flow_ids (s) or terminating_flow_ids (f); counters (C) are TYPE_COUNTER
-  events on one counter track per (thread, name, series key);
+  events (named as the event) on one counter track per (thread, name, series key), named after
+  the series key (the args key of its value);
 - metadata events: process_name / process_labels / process_sort_index and thread_name /
   thread_sort_index are descriptor fields (process_name, process_labels, legacy_sort_index,
   thread_name), on a descriptor packet stamped with the event's ts; any other event is a
@@ -319,7 +320,7 @@ class Converter:
                 for key, value in e["args"].items():
                     if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
                         continue
-                    counter = self.child_track(("c", track, e["name"], key), track, e["name"], counter=True)
+                    counter = self.child_track(("c", track, e["name"], key), track, key, counter=True)
                     extra = ({"counter_value": value} if isinstance(value, int) and -(1 << 63) <= value < (1 << 63)
                              else {"double_counter_value": float(value)})
                     timed.append((ts_ns, i, (ts_ns, counter, pb.TrackEvent.TYPE_COUNTER, e, False, extra)))

@@ -119,7 +119,7 @@ def test_the_package_has_no_import_cycle():
     # layers when reversed (a wrong resolver would find no cycle because it finds no edge)
     assert {"traceanalyze", "traceanalyze.api", "traceanalyze.load.read", "traceanalyze._native"} <= set(graph)
     assert "traceanalyze.api" in graph["traceanalyze"]
-    assert "traceanalyze.load.pftrace" in graph["traceanalyze.load.read"]  # inside read_rank()
+    assert "traceanalyze.load.discover" in graph["traceanalyze.load.read"]
     assert "traceanalyze.load.extension" in graph["traceanalyze.load.read"]  # (it loads _native)
     assert_no_cycle(graph)
 

@@ -28,7 +28,7 @@ from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import identify
-from traceanalyze.load.pftrace import read_pftrace
+from traceanalyze.load.read import read_rank
 from traceanalyze.pipeline import run_analysis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,11 +60,16 @@ def documented_tables() -> list[str]:
 
 
 def table_rows(db: Path, table: str) -> list[tuple]:
+    """Every row of `table`, sorted. raw_events.other_args (the JSON text of the args without a
+    column) is compared as the JSON value it is: a protobuf double has no text of its own, so
+    the JSON's `1.000000` arrives as `1.0`."""
     with duckdb.connect(str(db), read_only=True) as con:
-        # (raw_events.other_args, the JSON text of the args without a column: not filled by the
-        # Perfetto reader yet)
-        exclude = " EXCLUDE (other_args)" if table == "raw_events" else ""
-        return con.execute(f"SELECT *{exclude} FROM {table} ORDER BY ALL").fetchall()
+        rows = con.execute(f"SELECT * FROM {table}").fetchall()
+        columns = [d[0] for d in con.description]
+    if "other_args" in columns:
+        at = columns.index("other_args")
+        rows = [(*r[:at], None if r[at] is None else json.dumps(json.loads(r[at])), *r[at + 1:]) for r in rows]
+    return sorted(rows, key=repr)  # (any total order: equal multisets of rows give equal lists)
 
 
 def rank_rows(db: Path) -> list[tuple]:
@@ -165,8 +170,8 @@ def fresh_db():
 
 def read(path: Path):
     con = fresh_db()
-    read = read_pftrace(con, identify(path, only_file=True))
-    rows = con.execute("SELECT * EXCLUDE (other_args) FROM raw_events ORDER BY ALL").fetchall()
+    read = read_rank(con, identify(path, only_file=True))
+    rows = con.execute("SELECT * FROM raw_events ORDER BY ALL").fetchall()
     return read, rows
 
 
@@ -276,7 +281,7 @@ def test_fuzz_mutated_bytes_load_or_fail_cleanly(tmp_path_factory, data):
     path.write_bytes(bytes(raw))
     con = fresh_db()
     try:
-        got = read_pftrace(con, identify(path, only_file=True))
+        got = read_rank(con, identify(path, only_file=True))
     except TraceanalyzeError as exc:
         assert str(path) in str(exc) and "\n" not in str(exc)
         return

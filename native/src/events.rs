@@ -130,7 +130,7 @@ fn top_slot(key: &str) -> Option<usize> {
 
 /// The args keys read into typed columns: their slot (index into ARG_KEYS). A `match` on
 /// the key compiles to a switch on its length and a comparison, not a scan of the list.
-fn arg_slot(key: &str) -> Option<usize> {
+pub(crate) fn arg_slot(key: &str) -> Option<usize> {
     Some(match key {
         "External id" => 0,
         "correlation" => 1,

@@ -2,11 +2,13 @@
 //!
 //! Stages, one module each: `reader` (bytes, gzip) -> `scan` (layout, event spans) ->
 //! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches) -> `parquet_out` (the rank's raw_events.parquet); `trace`
-//! drives them for one file. `python` is the PyO3 boundary (no panic crosses it).
+//! drives them for one file. `pftrace` reads Perfetto protobuf traces into the same columns.
+//! `python` is the PyO3 boundary (no panic crosses it).
 
 pub mod columns;
 pub mod events;
 pub mod parquet_out;
+pub mod pftrace;
 #[cfg(feature = "python")]
 mod python;
 pub mod reader;

@@ -17,10 +17,11 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
 use crate::parquet_out::{write_raw_events, Codec};
+use crate::pftrace::{open_events, EventSource};
 use crate::trace::{BatchIter, Limits, Outcome, TraceError, TraceParser};
 
 struct Shared {
-    parser: Option<TraceParser>,
+    parser: Option<Box<dyn EventSource>>,
     outcome: Option<Outcome>,
     error: Option<TraceError>,
 }
@@ -51,7 +52,7 @@ impl Shared {
         match got {
             Ok(Some(b)) => Ok(Some(b)),
             Ok(None) => {
-                self.outcome = self.parser.take().map(|p| p.outcome);
+                self.outcome = self.parser.take().map(|p| p.into_outcome());
                 Ok(None)
             }
             Err(e) => {
@@ -64,7 +65,8 @@ impl Shared {
     }
 }
 
-/// A trace file's events as an Arrow C stream (read once, as it is consumed).
+/// A trace file's events as an Arrow C stream (read once, as it is consumed): Kineto / Chrome
+/// JSON, or Perfetto protobuf with `protobuf=True`.
 #[pyclass(module = "traceanalyze._native")]
 struct TraceReader {
     shared: Arc<Mutex<Shared>>,
@@ -75,7 +77,7 @@ impl TraceReader {
     #[new]
     #[pyo3(signature = (path, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
                         min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
-                        max_item_bytes = 1 << 30))]
+                        max_item_bytes = 1 << 30, protobuf = false))]
     fn new(
         path: &str,
         threads: usize,
@@ -84,6 +86,7 @@ impl TraceReader {
         min_allowance_bytes: u64,
         max_metadata_value_bytes: usize,
         max_item_bytes: usize,
+        protobuf: bool,
     ) -> PyResult<Self> {
         let limits = Limits {
             block_bytes: block_bytes.max(1 << 12),
@@ -94,8 +97,8 @@ impl TraceReader {
             max_item_bytes,
             ..Limits::default()
         };
-        let opened =
-            catch_unwind(|| TraceParser::open(Path::new(path), limits)).unwrap_or_else(|p| {
+        let opened = catch_unwind(|| open_events(Path::new(path), limits, protobuf))
+            .unwrap_or_else(|p| {
                 Err(TraceError {
                     message: panic_message(p),
                     offset: None,
@@ -306,6 +309,13 @@ fn arg_aliases() -> Vec<(&'static str, Vec<&'static str>)> {
         .collect()
 }
 
+/// The trace metadata ((key, JSON text)) in the first packets of a Perfetto protobuf file's
+/// first bytes (decompressed), or None.
+#[pyfunction]
+fn pftrace_head_metadata(head: &[u8]) -> Option<Vec<(String, String)>> {
+    catch_unwind(|| crate::pftrace::head_metadata(head)).unwrap_or(None)
+}
+
 /// Column names of the batches, in order.
 #[pyfunction]
 fn columns() -> Vec<&'static str> {
@@ -321,5 +331,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;
     m.add_function(wrap_pyfunction!(arg_aliases, m)?)?;
+    m.add_function(wrap_pyfunction!(pftrace_head_metadata, m)?)?;
     Ok(())
 }

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.load.pftrace_packets import PROTOBUF_SUFFIXES, head_metadata, is_protobuf, read_head_metadata
+from traceanalyze.load.extension import native as _native
 from traceanalyze.load.source import open_trace_bytes
+
+PROTOBUF_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")  # Perfetto protobuf (plain or .gz)
 
 # Chrome / Kineto JSON, and Perfetto protobuf (pftrace.py), each plain or gzipped
 TRACE_SUFFIXES = tuple(s + gz for s in (".json", *PROTOBUF_SUFFIXES) for gz in ("", ".gz"))
@@ -146,13 +148,28 @@ def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     return paths, skipped
 
 
+def is_protobuf(path: Path) -> bool:
+    """A Perfetto protobuf trace, by its name (read by the native reader's protobuf decoder)."""
+    return path.name.lower().removesuffix(".gz").endswith(PROTOBUF_SUFFIXES)
+
+
+def head_metadata(head: bytes) -> dict:
+    """The trace metadata (chrome_events.metadata) in the first packets of a Perfetto protobuf
+    file's first (decompressed) bytes; values too deep to decode are left out."""
+    meta = {}
+    for key, raw in _native.pftrace_head_metadata(head) or []:
+        checked = _native.checked_metadata(raw)
+        if checked is not None:
+            meta[key] = json.loads(checked)
+    return meta
+
+
 def read_distributed_info(path: Path, head: bytes | None = None) -> dict | None:
     """The `distributedInfo` object if it appears in the first MiB of the file (or of `head`)."""
-    if is_protobuf(path):  # (Perfetto: in the first packets' metadata)
-        meta = read_head_metadata(path, HEAD_PROBE_BYTES) if head is None else head_metadata(head)
-        value = (meta or {}).get("distributedInfo")
-        return value if isinstance(value, dict) else None
     head = open_trace_bytes(path, limit=HEAD_PROBE_BYTES) if head is None else head
+    if is_protobuf(path):  # (Perfetto: in the first packets' metadata)
+        value = head_metadata(head).get("distributedInfo")
+        return value if isinstance(value, dict) else None
     at = head.find(b'"distributedInfo"')
     if at < 0:
         return None

@@ -5,6 +5,9 @@ into typed Arrow columns, times exact from the decimal text. The map writes them
 the rank's shard file `raw_events.parquet` (`write_raw_events`: the reader encodes the row
 groups itself, no database holds the rows) and the per-rank tables read that file;
 `read_rank` instead scans the reader's Arrow C stream into a database's `raw_events` table.
+A Perfetto protobuf trace (by its name: discover.is_protobuf) is decoded by the same reader
+into the same columns (native/src/pftrace: tracks, slices, interned names, debug annotations
+as args).
 This module adds the rank, checks the time base, turns B/E pairs into X events and words the
 reader's counts as load issues. It is the only module that knows the native reader.
 """
@@ -19,8 +22,7 @@ import duckdb
 
 from traceanalyze.load.extension import native as _native
 from traceanalyze.errors import TraceFormatError
-from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.pftrace_packets import is_protobuf
+from traceanalyze.load.discover import TraceFile, is_protobuf
 from traceanalyze.load.rank_read import RankRead
 
 # Times beyond +-2**62 ns (the year 2116) are malformed: NULL (counted as bad-ts / bad-dur),
@@ -33,6 +35,7 @@ BLOCK_BYTES = 8 << 20
 # how the reader compresses raw_events.parquet (see docs/loading.md for the measurements)
 RAW_EVENTS_COMPRESSION = "zstd"
 
+
 def base_time_ns(metadata: dict) -> int:
     """Newer Kineto writes `ts` relative to `baseTimeNanoseconds`; older traces are absolute."""
     base = metadata.get("baseTimeNanoseconds")
@@ -42,15 +45,9 @@ def base_time_ns(metadata: dict) -> int:
 def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -> RankRead:
     """Parse `tf` into `raw_events` (rank = tf.rank). Raises TraceFormatError (one line, the
     file and the byte offset) for a file that is not a readable trace."""
-    if is_protobuf(tf.path):  # Perfetto protobuf: its own reader, the same rows (pftrace.py)
-        from traceanalyze.load.pftrace import read_pftrace
-
-        read = read_pftrace(con, tf)
-        read.events -= (pairs := _convert_begin_end(con, tf.rank))[0]
-        read.notes += pairs[1]
-        return read
+    protobuf = is_protobuf(tf.path)  # Perfetto protobuf: the same rows, from its own decoder
     try:
-        reader = _native.TraceReader(str(tf.path), threads=threads, block_bytes=BLOCK_BYTES)
+        reader = _native.TraceReader(str(tf.path), threads=threads, block_bytes=BLOCK_BYTES, protobuf=protobuf)
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     native_events = reader  # (found by DuckDB's replacement scan by this name)
@@ -70,7 +67,8 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
     notes: list[tuple[str, str, int | None]] = list(out["notes"])
     metadata = _metadata(out["metadata"], notes)
     base = base_time_ns(metadata)
-    if base != out["base_ns"]:  # (read with a guessed time base: put the right one)
+    if not protobuf and base != out["base_ns"]:  # (read with a guessed time base: put the right one;
+        # Perfetto timestamps are absolute)
         _shift_times(con, tf.rank, base - out["base_ns"])
     notes += _tally_notes(out["tally"])
     pairs, be_notes = _convert_begin_end(con, tf.rank)
