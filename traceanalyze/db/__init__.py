@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 
 def _sql_text(name: str) -> str:
