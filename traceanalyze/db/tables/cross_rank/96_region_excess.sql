@@ -5,6 +5,7 @@
 -- collective of that group in the step; else with all other ranks. A rank without the region
 -- counts 0. The other ranks' median leaves the rank itself out (median_without, no self-join).
 
+-- Per (rank, aligned step, region): the rank's time, own time and idle time inside the region against the other ranks' median (of its group when known).
 CREATE OR REPLACE TABLE region_excess AS
 WITH keys AS (      -- each aligned (rank, step) and the group it is compared with (NULL: all ranks)
     SELECT r.rank, a.step, l.process_group AS peer_group

@@ -46,6 +46,7 @@ islands AS (
 )
 SELECT rank, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM islands GROUP BY rank, run;
 
+-- Per (rank, step, region): the rank's time inside each record_function range and host op of its training-loop thread, its own part and its idle part.
 CREATE OR REPLACE TABLE step_regions AS
 WITH nested AS (   -- regions of the same kind inside a candidate region (an identical span nests in the earlier row)
     SELECT p.eid, c.ts_ns, c.end_ns
