@@ -91,11 +91,12 @@ CREATE OR REPLACE MACRO region_advice(region, per) AS (
     CASE WHEN region IS NULL THEN '' ELSE
         'The extra time is inside ' || CASE WHEN region.kind = 'annotation' THEN 'record_function ''' ELSE 'op ''' END
         || region.name || ''': ' || printf('%.0f', region.excess_ms_per_step) || ' ms per ' || per
-        || ' more than the other ranks, '
+        || ' more than the other ranks'
         || CASE WHEN region.idle
-                THEN 'and the host is idle in ' || printf('%.0f', region.idle_pct) || '% of it (no op, runtime call, '
+                THEN ', and the host is idle in ' || printf('%.0f', region.idle_pct) || '% of it (no op, runtime call, '
                      || 'collective or kernel runs: a sleep, blocking I/O, a lock, or Python that records nothing). '
-                ELSE 'and it is busy (ops run in ' || printf('%.0f', 100 - region.idle_pct) || '% of it): work this rank '
+                WHEN region.kind = 'op' THEN ': work this rank does that the others do not, or do faster. '
+                ELSE ', and it is busy (ops run in ' || printf('%.0f', 100 - region.idle_pct) || '% of it): work this rank '
                      || 'does that the others do not, or do faster. '
            END
     END
