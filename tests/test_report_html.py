@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
 import shlex
@@ -14,6 +15,8 @@ from report_helpers import FIXTURES, IMG, SCRIPT, hostile_summary, injected, rea
 
 from traceanalyze.load import load_trace_dir
 from traceanalyze.output.html import build_context, render_html, sql_command, undocumented_fields
+from traceanalyze.output.presentation import ordered_findings
+from traceanalyze.output.units import fmt_ms
 
 DB_SHOWN = "reports/input_straggler/trace.duckdb"
 
@@ -205,3 +208,123 @@ def test_a_256_rank_job_stays_a_small_readable_page():
     assert 8 <= len(bins) <= 32 and bins[0][0] == 0 and bins[-1][1] == 255
     assert any(lo <= 201 <= hi for lo, hi in bins)
     assert "showing 32 of 256 ranks" in page or "of 256 ranks" in page
+
+
+class _Evidence(HTMLParser):
+    """The evidence blocks of a page: per finding, (label, text of its value) pairs and the SVG shapes inside."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[list[list[str]]] = []
+        self.bars: list[int] = []
+        self.rows: list[int] = []
+        self.depth = 0
+        self.where = ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section" and a.get("class") == "evidence":
+            self.depth = 1
+            self.blocks.append([])
+            self.bars.append(0)
+            self.rows.append(0)
+        elif self.depth:
+            if tag == "section":
+                self.depth += 1
+            if tag == "dt":
+                self.blocks[-1].append(["", ""])
+                self.where = "dt"
+            elif tag == "dd" and self.where == "dt":
+                self.where = "dd"
+            elif tag in ("li", "td", "th") and self.where == "dd":
+                self.blocks[-1][-1][1] += " "
+            elif tag == "rect" and "series-bar" in a.get("class", ""):
+                self.bars[-1] += 1
+            elif tag == "tr":
+                self.rows[-1] += 1
+
+    def handle_endtag(self, tag):
+        if self.depth and tag == "section":
+            self.depth -= 1
+        if tag == "dl":
+            self.where = ""
+
+    def handle_data(self, data):
+        if self.depth and self.where and self.blocks[-1]:
+            self.blocks[-1][-1][0 if self.where == "dt" else 1] += data
+
+
+def evidence_blocks(page: str) -> _Evidence:
+    p = _Evidence()
+    p.feed(page)
+    return p
+
+
+@pytest.fixture(scope="module")
+def region_summary(tmp_path_factory) -> dict:
+    db = tmp_path_factory.mktemp("fsdp2") / "trace.duckdb"
+    load_trace_dir(FIXTURES.parent / "parallel" / "fsdp2_annotated_input_straggler", db)
+    return real_summary(db, "fixtures/parallel/fsdp2_annotated_input_straggler")
+
+
+@pytest.fixture(scope="module")
+def periodic_summary(tmp_path_factory) -> dict:
+    db = tmp_path_factory.mktemp("phe") / "trace.duckdb"
+    load_trace_dir(FIXTURES / "periodic_host_end", db)
+    return real_summary(db, "fixtures/ddp/periodic_host_end")
+
+
+def _values(block: list[list[str]]) -> dict[str, str]:
+    return {label.strip(): " ".join(value.split()) for label, value in block}
+
+
+@pytest.mark.parametrize("which", ["region_summary", "periodic_summary"])
+def test_evidence_reads_as_values_with_units(which, request):
+    summary = request.getfixturevalue(which)
+    page = render_html(build_context(summary, DB_SHOWN))
+    blocks = evidence_blocks(page).blocks
+    assert len(blocks) == len(summary["findings"]) > 0
+    for f, block in zip(ordered_findings(summary), blocks):
+        shown = _values(block)
+        text = " ".join(f"{k} {v}" for k, v in shown.items())
+        # nothing empty, NULL or dumped as JSON
+        assert not re.search(r"\bNone\b|\bNULL\b|[{}\[\]]|\bnull\b", text), text
+        assert all(v for v in shown.values()), shown
+        for key, value in f["evidence"].items():
+            if value is None or value == "" or value == [] or key.endswith(("_text", "_note", "_advice")):
+                assert key.replace("_", " ") not in shown and key not in shown
+        # times carry their unit, the ms of the summary to the shown precision
+        for key, value in f["evidence"].items():
+            if key.endswith("_ms") and isinstance(value, (int, float)) and value is not None:
+                assert shown[key[:-3].replace("_", " ")] == fmt_ms(value)
+
+
+def test_a_code_region_is_readable_lines(region_summary):
+    page = render_html(build_context(region_summary, DB_SHOWN))
+    f = ordered_findings(region_summary)[0]
+    region = f["evidence"]["region"]
+    shown = _values(evidence_blocks(page).blocks[0])
+    assert shown["region"] == (f"name: {region['name']} kind: {region['kind']} "
+                               f"excess per step: {fmt_ms(region['excess_ms_per_step'])} idle: {region['idle_pct']:.0f}%")
+
+
+def test_a_per_step_series_is_a_small_chart_and_a_table(periodic_summary):
+    page = render_html(build_context(periodic_summary, DB_SHOWN))
+    ordered = ordered_findings(periodic_summary)
+    i = next(i for i, f in enumerate(ordered) if f["evidence"].get("per_step"))
+    per_step = ordered[i]["evidence"]["per_step"]
+    ev = evidence_blocks(page)
+    assert ev.bars[i] == len(per_step)           # one bar per step
+    assert ev.rows[i] == len(per_step) + 1       # the table: a header and a row per step
+    for row in per_step:
+        assert f"<title>step {row['step']}: {fmt_ms(row['held_ms'])}</title>" in page
+
+
+def test_evidence_strings_are_escaped(region_summary):
+    s = copy.deepcopy(region_summary)
+    evidence = s["findings"][0]["evidence"]
+    evidence["region"]["name"] = SCRIPT
+    evidence["per_step"] = [{"step": 3, "held_ms": 5.0, "cause": IMG}]
+    page = render_html(build_context(s, DB_SHOWN))
+    assert SCRIPT not in page and IMG not in page
+    assert "name: &lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -2,16 +2,22 @@
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
+idle AS (      -- per rank and step: the most extra idle time inside one annotation (region_excess)
+    SELECT rank, step, max(idle_excess_ns) AS idle_excess_ns
+    FROM region_excess WHERE kind = 'annotation' GROUP BY rank, step
+),
 ranked AS (    -- by own lateness: a rank late because it waited at another group's collective is a victim
-    SELECT l.*, a.median_dur_ns,
+    SELECT l.*, a.median_dur_ns, greatest(coalesce(i.idle_excess_ns, 0), 0) AS idle_excess_ns,
            row_number() OVER (PARTITION BY l.step ORDER BY l.own_late_ns DESC, l.late_ns DESC, l.rank) AS place
     FROM step_lateness AS l JOIN aligned_steps AS a USING (step)
+    LEFT JOIN idle AS i USING (rank, step)
 ),
 flagged AS (   -- the latest rank of a step (of its own making), when it is late enough; the cause is what it did extra first
-    SELECT *,
+    SELECT *,             -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
         CASE
             WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
                  AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
+            WHEN idle_excess_ns >= $min_cause_share_pct / 100.0 * late_ns THEN 'host'
             WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
                  AND compute_excess_ns >= host_excess_ns THEN 'compute'
             WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * late_ns THEN 'host'
@@ -33,7 +39,8 @@ per_rank AS (
            sum(f.late_ns) AS late_sum_ns, avg(f.late_ns) AS late_mean_ns,
            stable_mode(list(f.step_cause)) AS cause, stable_mode(list(f.op)) AS op,
            median(f.input_excess_ns) AS input_excess_ns, median(f.compute_excess_ns) AS compute_excess_ns,
-           median(f.host_excess_ns) AS host_excess_ns,
+           median(f.host_excess_ns) AS host_excess_ns, median(f.idle_excess_ns) AS idle_excess_ns,
+           list(f.step) AS late_steps_list,
            avg(w.others_wait_ns) AS others_wait_ns, stable_mode(list(w.others)) AS others,
            stable_mode(list(f.process_group)) AS process_group
     FROM flagged AS f LEFT JOIN waits AS w USING (rank, step)
@@ -58,6 +65,22 @@ by_group AS (
                  'wait_ms': round(g.wait_ns / 1e6, 3)} ORDER BY g.wait_ns DESC, g.process_group) AS waits
     FROM group_waits AS g LEFT JOIN process_groups AS pg ON pg.process_group = g.process_group
     GROUP BY g.culprit
+),
+regions AS (   -- the late rank's code regions over its late steps (a late step without the region counts 0)
+    SELECT p.rank, x.kind, x.name,
+           sum(x.excess_ns) / p.late_steps AS excess_ns, sum(x.self_excess_ns) / p.late_steps AS self_excess_ns,
+           sum(x.idle_ns) AS idle_ns, sum(x.time_ns) AS time_ns, p.late_mean_ns
+    FROM per_rank AS p JOIN region_excess AS x ON x.rank = p.rank AND list_contains(p.late_steps_list, x.step)
+    GROUP BY p.rank, x.kind, x.name, p.late_steps, p.late_mean_ns
+),
+region AS (    -- the region holding the extra time: it covers min_cause_share_pct of the lateness; an
+               -- annotation before an op, then the largest own excess (the innermost region), then the name
+    SELECT rank, arg_max({'name': name, 'kind': kind, 'excess_ms_per_step': round(excess_ns / 1e6, 3),
+                          'idle_pct': round(100.0 * idle_ns / greatest(time_ns, 1), 1),
+                          'idle': 100.0 * idle_ns / greatest(time_ns, 1) >= $min_cause_share_pct},
+                         ((kind = 'annotation')::INT, self_excess_ns, name)) AS region
+    FROM regions WHERE excess_ns >= $min_cause_share_pct / 100.0 * late_mean_ns
+    GROUP BY rank
 )
 SELECT
     [p.rank] AS ranks,
@@ -67,6 +90,9 @@ SELECT
     CASE WHEN 100.0 * p.late_sum_ns / j.n_steps / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
     p.rank,
     p.cause,
+    r.region,
+    region_note(r.region, 'late step') AS region_note,
+    region_advice(r.region, 'late step') AS region_advice,
     p.op,
     p.late_mean_ns / 1e6 AS late_ms,
     p.others,
@@ -74,6 +100,8 @@ SELECT
     p.input_excess_ns / 1e6 AS input_excess_ms,
     p.compute_excess_ns / 1e6 AS compute_excess_ms,
     p.host_excess_ns / 1e6 AS host_excess_ms,
+    CASE p.cause WHEN 'input' THEN p.input_excess_ns WHEN 'compute' THEN p.compute_excess_ns
+                 WHEN 'host' THEN greatest(p.host_excess_ns, p.idle_excess_ns) END / 1e6 AS cause_excess_ms,
     p.late_steps AS late_steps_count,
     j.n_steps AS aligned_steps_count,
     j.step_ns / 1e6 AS median_step_ms,
@@ -85,5 +113,6 @@ SELECT
 FROM per_rank AS p CROSS JOIN job AS j
 LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
 LEFT JOIN by_group AS b ON b.rank = p.rank
+LEFT JOIN region AS r ON r.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;

@@ -21,8 +21,12 @@ others AS (   -- the other ranks' median, per rank and step
     FROM non_comm AS a JOIN non_comm AS b ON b.step = a.step AND b.rank <> a.rank
     GROUP BY a.rank, a.step
 ),
+idle AS (     -- per rank and step: the most extra idle time inside one annotation (region_excess)
+    SELECT rank, step, greatest(max(idle_excess_ns), 0) AS idle_excess_ns
+    FROM region_excess WHERE kind = 'annotation' GROUP BY rank, step
+),
 per_step AS (
-    SELECT o.rank, o.step,
+    SELECT o.rank, o.step, coalesce(i.idle_excess_ns, 0) AS idle_excess_ns,
            o.non_comm_ns - x.non_comm_ns AS non_comm_excess_ns,
            greatest(coalesce(l.own_late_ns, 0), 0) AS arrival_late_ns,
            greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.own_late_ns, 0)) AS held_ns,
@@ -31,12 +35,14 @@ per_step AS (
            o.host_ns - x.host_ns AS host_excess_ns
     FROM non_comm AS o JOIN others AS x USING (rank, step)
     LEFT JOIN step_lateness AS l USING (rank, step)
+    LEFT JOIN idle AS i USING (rank, step)
 ),
 flagged AS (  -- the rank that held the step back most, when by enough
-    SELECT p.*,
+    SELECT p.*,   -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
            CASE
                WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
                     AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
+               WHEN idle_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
                WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
                     AND compute_excess_ns >= host_excess_ns THEN 'compute'
                WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
@@ -76,6 +82,27 @@ per_rank AS (
            stable_mode(list(f.seen_by)) AS seen_by
     FROM flagged AS f JOIN dominant AS d USING (rank) JOIN period AS pe USING (rank)
     GROUP BY f.rank
+),
+regions AS (   -- the rank's code regions over the steps of its cause (a step without the region counts 0)
+    SELECT p.rank, x.kind, x.name,
+           sum(x.excess_ns) / p.cause_steps_count AS excess_ns, sum(x.self_excess_ns) / p.cause_steps_count AS self_excess_ns,
+           sum(x.idle_ns) AS idle_ns, sum(x.time_ns) AS time_ns
+    FROM per_rank AS p JOIN region_excess AS x ON x.rank = p.rank AND list_contains(p.cause_steps, x.step)
+    GROUP BY p.rank, x.kind, x.name, p.cause_steps_count
+),
+held AS (      -- the time held back per step of the rank's cause
+    SELECT f.rank, avg(f.held_ns) AS held_ns FROM flagged AS f JOIN dominant AS d ON d.rank = f.rank AND d.cause = f.step_cause
+    GROUP BY f.rank
+),
+region AS (    -- the region holding the extra time: it covers min_cause_share_pct of it; an annotation
+               -- before an op, then the largest own excess (the innermost region), then the name
+    SELECT x.rank, arg_max({'name': x.name, 'kind': x.kind, 'excess_ms_per_step': round(x.excess_ns / 1e6, 3),
+                            'idle_pct': round(100.0 * x.idle_ns / greatest(x.time_ns, 1), 1),
+                            'idle': 100.0 * x.idle_ns / greatest(x.time_ns, 1) >= $min_cause_share_pct},
+                           ((x.kind = 'annotation')::INT, x.self_excess_ns, x.name)) AS region
+    FROM regions AS x JOIN held AS h USING (rank)
+    WHERE x.excess_ns >= $min_cause_share_pct / 100.0 * h.held_ns
+    GROUP BY x.rank
 )
 SELECT
     [p.rank] AS ranks,
@@ -85,6 +112,9 @@ SELECT
     CASE WHEN 100.0 * p.held_sum_ns / j.n_steps / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
     p.rank,
     p.cause,
+    r.region,
+    region_note(r.region, 'affected step') AS region_note,
+    region_advice(r.region, 'affected step') AS region_advice,
     p.held_steps AS held_steps_count,
     j.n_steps AS aligned_steps_count,
     p.steps_text,
@@ -98,6 +128,6 @@ SELECT
     p.seen_by,
     p.per_step,
     j.step_ns / 1e6 AS median_step_ms
-FROM per_rank AS p CROSS JOIN job AS j
+FROM per_rank AS p CROSS JOIN job AS j LEFT JOIN region AS r USING (rank)
 WHERE p.held_steps >= $min_held_steps_count
 ORDER BY ms_per_step DESC;

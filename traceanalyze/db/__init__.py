@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 
 def _sql_text(name: str) -> str:

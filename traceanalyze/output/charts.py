@@ -402,3 +402,31 @@ def build_charts(summary: dict) -> list[Chart]:
     """Every chart the data supports, in report order."""
     makers = (step_timeline, step_times, lateness_heatmap, phase_split, memory_over_steps)
     return [c for c in (make(summary) for make in makers) if c is not None]
+
+
+# ---- a finding's per-step series (evidence): one small bar per step ------------------------------
+
+SERIES_WIDTH = 360
+SERIES_HEIGHT = 96
+
+
+def step_series(chart_id: str, steps: list[int], values: list[float], tips: list[str], what: str) -> Chart:
+    """Bars of one value per step (e.g. the time a rank held the others back), zero at the baseline."""
+    chart = Chart(id=chart_id, title=f"{what} per step", caption="", height=SERIES_HEIGHT, width=SERIES_WIDTH)
+    left, top, bottom = 8.0, 6.0, 20.0
+    plot_w, plot_h = SERIES_WIDTH - 2 * left, SERIES_HEIGHT - top - bottom
+    hi, lo = max([0.0, *values]), min([0.0, *values])
+    span = (hi - lo) or 1.0
+    base_y = top + plot_h * hi / span
+    slot = plot_w / max(len(values), 1)
+    bar_w = max(1.0, min(28.0, slot * 0.7))
+    chart.shapes.append(Line(_r(left), _r(base_y), _r(left + plot_w), _r(base_y), "axis"))
+    label_every = max(1, len(steps) // 12 + (len(steps) % 12 > 0))
+    for i, (step, value, tip) in enumerate(zip(steps, values, tips)):
+        x = left + slot * i + (slot - bar_w) / 2
+        h = plot_h * abs(value) / span
+        y = base_y - h if value >= 0 else base_y
+        chart.shapes.append(Rect(_r(x), _r(y), _r(bar_w), _r(max(h, 0.5)), "series-bar", f"step {step}: {tip}"))
+        if i % label_every == 0:
+            chart.shapes.append(Text(_r(x + bar_w / 2), SERIES_HEIGHT - 6, str(step), "tick", "middle"))
+    return chart

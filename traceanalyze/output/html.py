@@ -17,6 +17,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
+from traceanalyze.output.evidence import EvidenceItem, evidence_items
 from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
 from traceanalyze.output.templating import render
 from traceanalyze.output.units import (
@@ -56,7 +57,9 @@ class FindingView:
     cost_bar_pct: float = field(metadata={"help": "0-100, width of the cost bar"})
     has_cost: bool = field(metadata={"help": "the rule measured a cost in ms per step"})
     advice: list[tuple[str, str]] = field(metadata={"help": "advice blocks: ('p', text) or ('li', text)"})
-    evidence: list[tuple[str, str]] = field(metadata={"help": "evidence numbers as (name, formatted value)"})
+    evidence: list[EvidenceItem] = field(metadata={
+        "help": "the evidence for reading: values with units, nested values as lines, per-step series "
+                "(output/evidence.py); NULL and empty values left out"})
     event_columns: list[str] = field(metadata={"help": "columns of the events table"})
     event_rows: list[list[str]] = field(metadata={"help": "the first MAX_EVENT_ROWS events, formatted"})
     event_hot: list[bool] = field(metadata={"help": "per shown event: it belongs to a rank the finding names"})
@@ -139,14 +142,6 @@ def _cell(value) -> str:
     return str(value)
 
 
-def _evidence_value(key: str, value) -> str:
-    """Evidence numbers for reading: 8,388,608 (8.0 MiB)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        text = f"{value:,}"
-        return f"{text} ({fmt_bytes(value)})" if key.endswith("_bytes") and abs(value) >= 1024 else text
-    return _cell(value)
-
-
 def _advice_blocks(advice: str) -> list[tuple[str, str]]:
     blocks: list[tuple[str, str]] = []
     for line in (advice or "").splitlines():
@@ -178,7 +173,7 @@ def _finding_view(i: int, f: dict, db_path: str, n_ranks: int) -> FindingView:
         cost_ms=fmt_ms(cost.get("ms_per_step")), cost_pct=fmt_pct(pct),
         cost_bar_pct=min(max(pct or 0.0, 0.0), 100.0), has_cost=cost.get("ms_per_step") is not None,
         advice=_advice_blocks(f.get("advice") or ""),
-        evidence=[(k, _evidence_value(k, v)) for k, v in evidence.items()],
+        evidence=evidence_items(evidence, chart_id=f"f{i + 1}"),
         event_columns=columns,
         event_rows=[[_cell(row.get(c)) for c in columns] for row in events[:MAX_EVENT_ROWS]],
         event_hot=[0 < len(set(ranks)) < n_ranks and row.get("rank") in ranks for row in events[:MAX_EVENT_ROWS]],
@@ -298,5 +293,5 @@ def write_html(summary: dict, out_path: Path, db_path: str) -> Path:
 
 def undocumented_fields() -> list[str]:
     """Context fields without help text (a contract test keeps this empty)."""
-    return [f"{cls.__name__}.{f.name}" for cls in (ReportContext, FindingView)
+    return [f"{cls.__name__}.{f.name}" for cls in (ReportContext, FindingView, EvidenceItem)
             for f in fields(cls) if not f.metadata.get("help")]

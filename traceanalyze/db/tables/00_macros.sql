@@ -73,3 +73,48 @@ CREATE OR REPLACE MACRO p2p_peer_arg(name, other_args) AS (
 CREATE OR REPLACE MACRO group_ranks_arg(pg_ranks) AS (
     TRY_CAST(TRY_CAST(pg_ranks AS JSON) AS INTEGER[])
 );
+
+-- the i-th (1-based) value of an ascending list preceded by `zeros` zeros: the sorted values of a group where `zeros` members have none
+CREATE OR REPLACE MACRO sorted_with_zeros_at(xs, zeros, i) AS (
+    CASE WHEN i <= zeros THEN 0 ELSE xs[i - zeros] END
+);
+
+-- the median of an ascending list preceded by `zeros` zeros, leaving out the value at 1-based position p: "the other members' median" without a self-join, e.g. median_without(list(t ORDER BY t), 2, 3); NULL when nothing is left
+CREATE OR REPLACE MACRO median_without(xs, zeros, p) AS (
+    CASE
+        WHEN zeros + len(xs) <= 1 THEN NULL
+        WHEN (zeros + len(xs) - 1) % 2 = 1 THEN
+            sorted_with_zeros_at(xs, zeros, CASE WHEN (zeros + len(xs)) // 2 < p THEN (zeros + len(xs)) // 2
+                                                 ELSE (zeros + len(xs)) // 2 + 1 END)
+        ELSE (sorted_with_zeros_at(xs, zeros, CASE WHEN (zeros + len(xs) - 1) // 2 < p THEN (zeros + len(xs) - 1) // 2
+                                                   ELSE (zeros + len(xs) - 1) // 2 + 1 END)
+              + sorted_with_zeros_at(xs, zeros, CASE WHEN (zeros + len(xs) - 1) // 2 + 1 < p THEN (zeros + len(xs) - 1) // 2 + 1
+                                                     ELSE (zeros + len(xs) - 1) // 2 + 2 END)) / 2.0
+    END
+);
+
+-- a finding's code region (a struct {name, kind, excess_ms_per_step, idle_pct, idle}) as a title clause, '' when NULL: " — 80 ms per late step idle inside record_function 'load_shard' (sleep, I/O or a lock)"
+CREATE OR REPLACE MACRO region_note(region, per) AS (
+    CASE WHEN region IS NULL THEN '' ELSE
+        ' — ' || printf('%.0f', region.excess_ms_per_step) || ' ms per ' || per || ' '
+        || CASE WHEN region.idle THEN 'idle' ELSE 'busy' END || ' inside '
+        || CASE WHEN region.kind = 'annotation' THEN 'record_function ''' ELSE 'op ''' END || region.name || ''''
+        || CASE WHEN region.idle THEN ' (sleep, I/O or a lock)' ELSE '' END
+    END
+);
+
+-- the same region as the first sentence of a finding's advice, '' when NULL
+CREATE OR REPLACE MACRO region_advice(region, per) AS (
+    CASE WHEN region IS NULL THEN '' ELSE
+        'The extra time is inside ' || CASE WHEN region.kind = 'annotation' THEN 'record_function ''' ELSE 'op ''' END
+        || region.name || ''': ' || printf('%.0f', region.excess_ms_per_step) || ' ms per ' || per
+        || ' more than the other ranks'
+        || CASE WHEN region.idle
+                THEN ', and the host is idle in ' || printf('%.0f', region.idle_pct) || '% of it (no op, runtime call, '
+                     || 'collective or kernel runs: a sleep, blocking I/O, a lock, or Python that records nothing). '
+                WHEN region.kind = 'op' THEN ': work this rank does that the others do not, or do faster. '
+                ELSE ', and it is busy (ops run in ' || printf('%.0f', 100 - region.idle_pct) || '% of it): work this rank '
+                     || 'does that the others do not, or do faster. '
+           END
+    END
+);

@@ -1,0 +1,61 @@
+-- Where a rank's extra time goes: each code region (step_regions) against the same region on the other ranks of its group.
+--
+-- A rank is compared with the ranks of its group when that is known: the process group of the
+-- collective where it is latest in the step (step_lateness), whose members are the ranks with a
+-- collective of that group in the step; else with all other ranks. A rank without the region
+-- counts 0. The other ranks' median leaves the rank itself out (median_without, no self-join).
+
+-- Per (rank, aligned step, region): the rank's time, own time and idle time inside the region against the other ranks' median (of its group when known).
+CREATE OR REPLACE TABLE region_excess AS
+WITH keys AS (      -- each aligned (rank, step) and the group it is compared with (NULL: all ranks)
+    SELECT r.rank, a.step, l.process_group AS peer_group
+    FROM ranks AS r CROSS JOIN aligned_steps AS a
+    LEFT JOIN step_lateness AS l ON l.rank = r.rank AND l.step = a.step
+),
+used AS (SELECT DISTINCT step, peer_group FROM keys),
+members AS (
+    SELECT u.step, u.peer_group, m.rank
+    FROM used AS u JOIN (SELECT DISTINCT step, process_group, rank FROM collective_arrivals) AS m
+        ON m.step = u.step AND m.process_group = u.peer_group
+    UNION ALL
+    SELECT u.step, u.peer_group, r.rank FROM used AS u CROSS JOIN ranks AS r WHERE u.peer_group IS NULL
+),
+sizes AS (SELECT step, peer_group, count(*) AS n FROM members GROUP BY step, peer_group),
+sorted AS (         -- per group and region: the members' values, ascending (members without it are the zeros)
+    SELECT m.step, m.peer_group, g.kind, g.name, count(*) AS present,
+           list(g.time_ns ORDER BY g.time_ns) AS times, list(g.self_ns ORDER BY g.self_ns) AS selfs,
+           list(g.idle_ns ORDER BY g.idle_ns) AS idles
+    FROM members AS m JOIN step_regions AS g ON g.rank = m.rank AND g.step = m.step
+    GROUP BY m.step, m.peer_group, g.kind, g.name
+),
+compared AS (
+    SELECT g.rank, g.step, g.kind, g.name, k.peer_group, z.n - 1 AS peers_count,
+           g.time_ns, g.self_ns, g.idle_ns,
+           median_without(s.times, z.n - s.present, z.n - s.present + list_position(s.times, g.time_ns)) AS others_time_ns,
+           median_without(s.selfs, z.n - s.present, z.n - s.present + list_position(s.selfs, g.self_ns)) AS others_self_ns,
+           median_without(s.idles, z.n - s.present, z.n - s.present + list_position(s.idles, g.idle_ns)) AS others_idle_ns
+    FROM step_regions AS g
+    JOIN keys AS k ON k.rank = g.rank AND k.step = g.step
+    JOIN sizes AS z ON z.step = k.step AND z.peer_group IS NOT DISTINCT FROM k.peer_group
+    JOIN sorted AS s ON s.step = k.step AND s.peer_group IS NOT DISTINCT FROM k.peer_group
+        AND s.kind = g.kind AND s.name = g.name
+)
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- aligned ProfilerStep N
+    kind,                                   -- annotation | op (see step_regions)
+    name,                                   -- the region's name
+    coalesce('group ' || peer_group, 'all ranks') AS compared_with,  -- whom the rank is compared with: 'group <process group>' (of its latest collective in the step) or 'all ranks'
+    peers_count,                            -- how many other ranks that is
+    time_ns,                                -- the rank's time inside the region, ns
+    self_ns,                                -- ...outside nested regions of the same kind, ns
+    idle_ns,                                -- ...with nothing running (see step_regions), ns
+    others_time_ns::BIGINT AS others_time_ns,  -- the other ranks' median time inside it (0 for a rank without it), ns
+    others_self_ns::BIGINT AS others_self_ns,  -- their median self time, ns
+    others_idle_ns::BIGINT AS others_idle_ns,  -- their median idle time, ns
+    (time_ns - others_time_ns)::BIGINT AS excess_ns,            -- how much longer this rank is inside the region, ns
+    (self_ns - others_self_ns)::BIGINT AS self_excess_ns,       -- ...counting its own part only, ns (picks the innermost region holding the excess)
+    (idle_ns - others_idle_ns)::BIGINT AS idle_excess_ns        -- how much more idle time it has inside the region, ns
+FROM compared
+WHERE peers_count >= 1
+ORDER BY step, rank, kind, name;
