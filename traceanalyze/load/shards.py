@@ -28,7 +28,7 @@ MANIFEST = "manifest.json"
 SHARD_TABLES = (
     "ranks", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
     "kernels", "memcpy", "collectives", "step_comm", "memory", "step_batches", "main_threads",
-    "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu",
+    "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu", "op_flops",
 )
 
 

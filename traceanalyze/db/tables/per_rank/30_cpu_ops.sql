@@ -16,7 +16,8 @@ SELECT
     e.collective_name,                      -- record_param_comms: args."Collective name"
     e.in_msg_nelems,                        -- record_param_comms: elements sent
     e.dtype,                                -- record_param_comms: element type
-    e.pg_name                               -- record_param_comms: process group name
+    e.pg_name,                              -- record_param_comms: process group name
+    e.group_size                            -- record_param_comms: args."Group size" (ranks in the process group)
 FROM raw_events AS e
 ASOF LEFT JOIN steps AS s ON e.rank = s.rank AND e.ts_ns >= s.ts_ns
 WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator') AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0;
