@@ -1,0 +1,153 @@
+"""FLOPs, MFU and collective bandwidth of real traces, checked against figures derived here from
+the JSON itself with hand-written formulas."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from traceanalyze.load import load_trace_dir
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
+
+
+def _events(folder: str) -> list[list[dict]]:
+    return [json.loads(gzip.open(f).read())["traceEvents"] for f in sorted((REAL / folder).glob("*.json.gz"))]
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    made: dict[str, Path] = {}
+
+    def load(folder: str) -> duckdb.DuckDBPyConnection:
+        if folder not in made:
+            db = tmp_path_factory.mktemp("eff") / "trace.duckdb"
+            load_trace_dir(REAL / folder, db)
+            made[folder] = db
+        return duckdb.connect(str(made[folder]), read_only=True)
+
+    return load
+
+
+def _matmul_flops(name: str, dims: list) -> int | None:
+    """Hand-written: 2*M*K*N per matrix product (batched: times the batch)."""
+    if name == "aten::mm":
+        (m, k), (_, n) = dims[0], dims[1]
+        return 2 * m * k * n
+    if name == "aten::addmm":
+        (m, k), (_, n) = dims[1], dims[2]
+        return 2 * m * k * n
+    if name == "aten::bmm":
+        (b, m, k), (_, _, n) = dims[0], dims[1]
+        return 2 * b * m * k * n
+    if name == "aten::linear":
+        x, w = dims[0], dims[1]
+        if len(w) != 2 or not x or x[-1] != w[1]:
+            return None  # not a weight matrix of the input's width: no formula applies
+        rows = 1
+        for d in x[:-1]:
+            rows *= d
+        return 2 * rows * x[-1] * w[0]
+    return None
+
+
+def test_matmul_flops_match_the_shapes_in_the_json(loaded):
+    """Every aten::mm / addmm / bmm / linear row of op_flops has 2*M*K*N of its own Input Dims."""
+    con = loaded("hta-trace-filter")
+    by_id = {}
+    for rank, events in enumerate(_events("hta-trace-filter")):
+        for e in events:
+            args = e.get("args", {})
+            if e.get("cat") == "cpu_op" and "Input Dims" in args and "External id" in args:
+                by_id[(rank, args["External id"])] = (e["name"], args["Input Dims"])
+    rows = con.execute("SELECT rank, external_id, name, flops FROM op_flops "
+                       "WHERE name IN ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::linear')").fetchall()
+    assert len(rows) > 100
+    assert sum(f is not None for *_, f in rows) > 100
+    for rank, ext, name, flops in rows:
+        json_name, dims = by_id[(rank, ext)]
+        assert json_name == name
+        assert flops == _matmul_flops(name, dims), (rank, ext, name, dims)
+
+
+def test_an_op_carries_the_kernels_launched_while_it_ran(loaded):
+    """aten::linear of the MI250 trace: the GPU time of the kernels whose launch call falls inside
+    it on its thread, summed straight from the JSON."""
+    con = loaded("hta-amd-trace")
+    (events,) = _events("hta-amd-trace")
+    linear = next(e for e in events if e.get("name") == "aten::linear" and e.get("cat") == "cpu_op")
+    lo, hi = linear["ts"], linear["ts"] + linear["dur"]
+    launches = {e["args"]["correlation"] for e in events
+                if e.get("cat") == "cuda_runtime" and e.get("tid") == linear["tid"] and lo <= e["ts"] <= hi
+                and "correlation" in e.get("args", {})}
+    expected_ns = sum(round(e["dur"] * 1000) for e in events
+                      if e.get("cat") == "kernel" and e.get("args", {}).get("correlation") in launches)
+    assert expected_ns > 0
+    (kernel_ns, flops, tflops), = con.execute(
+        "SELECT kernel_ns, flops, tflops FROM op_flops WHERE name = 'aten::linear'").fetchall()
+    assert abs(kernel_ns - expected_ns) <= len(launches)  # rounding of µs floats, at most 1 ns a kernel
+    assert flops == 2 * 5 * 128 * 128  # [[5, 128], [128, 128], [128]]
+    assert tflops == pytest.approx(flops / kernel_ns / 1000)
+
+
+def test_mfu_is_the_step_flops_at_the_v100_fp32_peak(loaded):
+    """ResNet-50 in fp32 on a V100-DGXS: the peak is 15.7 TFLOP/s, MFU = FLOPs / (peak x step)."""
+    con = loaded("kineto-resnet50-nw0")
+    rows = con.execute("SELECT s.step, s.dur_ns, e.flops, e.achieved_tflops, e.peak_tflops, e.mfu_pct, "
+                       "e.dtype_mix, e.gpu, e.note, (SELECT sum(flops) FROM op_flops AS o WHERE o.step = s.step "
+                       "AND o.dtype IS NOT NULL AND o.flops > 0) FROM steps AS s JOIN step_efficiency AS e "
+                       "USING (rank, step)").fetchall()
+    assert rows
+    for step, dur_ns, flops, achieved, peak, mfu, mix, gpu, note, op_sum in rows:
+        assert flops == op_sum and flops > 0
+        assert gpu == "V100 SXM" and mix == "fp32 100%" and note is None
+        assert peak == pytest.approx(15.7)
+        assert achieved == pytest.approx(flops / dur_ns / 1000)
+        assert mfu == pytest.approx(100 * flops / (15.7e12 * dur_ns / 1e9))
+
+
+def test_an_unknown_device_gets_tflops_but_no_mfu(loaded):
+    con = loaded("hta-amd-trace")  # deviceProperties name 'AMD Radeon Graphics'
+    achieved, peak, mfu, note = con.execute(
+        "SELECT achieved_tflops, peak_tflops, mfu_pct, note FROM step_efficiency WHERE flops > 0").fetchone()
+    assert achieved > 0 and peak is None and mfu is None
+    assert "AMD Radeon Graphics" in note
+
+
+@pytest.mark.parametrize("folder, reason", [
+    ("hta-cpu-only", "no GPU kernels"),
+    ("hta-nccl-parser-config", "record_shapes=True"),
+])
+def test_cpu_only_and_shapeless_traces_give_nulls_with_a_note(loaded, folder, reason):
+    con = loaded(folder)
+    rows = con.execute("SELECT flops, achieved_tflops, mfu_pct, note FROM step_efficiency").fetchall()
+    assert rows
+    for flops, achieved, mfu, note in rows:
+        assert achieved is None and mfu is None
+        assert reason in note
+
+
+def test_bus_bandwidth_of_nccl_all_reduces_from_the_kernel_args(loaded):
+    """A100 NCCL all-reduce kernels of a 2-rank group: busbw = nelems x 4 bytes / kernel time x 2(n-1)/n."""
+    con = loaded("hta-nccl-parser-config")
+    (events,) = _events("hta-nccl-parser-config")
+    expected = []
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") == "kernel" and args.get("Collective name") == "allreduce":
+            n = args["Group size"]
+            assert args["dtype"] == "Float"
+            size = args["In msg nelems"] * 4
+            dur_ns = round(e["dur"] * 1000)
+            expected.append((e["ts"], size, size / dur_ns * 2 * (n - 1) / n))
+    expected.sort()
+    rows = con.execute("SELECT bytes, busbw_gb_per_s, group_size FROM collective_bandwidth "
+                       "WHERE op = 'all_reduce' ORDER BY ts_ns").fetchall()
+    assert len(rows) == len(expected) > 0
+    for (size, busbw, group_size), (_, want_size, want_busbw) in zip(rows, expected):
+        assert group_size == 2 and size == want_size
+        assert busbw == pytest.approx(want_busbw, rel=1e-3)
