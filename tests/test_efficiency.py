@@ -151,3 +151,21 @@ def test_bus_bandwidth_of_nccl_all_reduces_from_the_kernel_args(loaded):
     for (size, busbw, group_size), (_, want_size, want_busbw) in zip(rows, expected):
         assert group_size == 2 and size == want_size
         assert busbw == pytest.approx(want_busbw, rel=1e-3)
+
+
+def test_the_api_gives_the_tables_and_a_peak_override_rescales_mfu():
+    import traceanalyze
+
+    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", progress=False) as a:
+        default = a.efficiency()
+        given = a.efficiency(peak_tflops=31.4)
+        steps = a.sql("SELECT step, flops, dur_ns FROM step_efficiency ORDER BY step")
+        with pytest.raises(traceanalyze.TraceError):
+            a.efficiency(peak_tflops=-1)
+    assert set(default) == {"steps", "top_ops", "bandwidth"}
+    for row, d, g in zip(steps.iter_rows(), default["steps"]["mfu_pct"], given["steps"]["mfu_pct"]):
+        _, flops, dur_ns = row
+        assert d == pytest.approx(100 * flops / (15.7e3 * dur_ns))
+        assert g == pytest.approx(100 * flops / (31.4e3 * dur_ns))
+    top = default["top_ops"]
+    assert top.height > 0 and (top["lost_ns"] >= 0).all()

@@ -214,6 +214,31 @@ class Analysis:
             "ORDER BY table_name").fetchall()
         return [r[0] for r in rows]
 
+    def efficiency(self, peak_tflops: float | None = None) -> dict[str, polars.DataFrame]:
+        """How fast, not only how long: {"steps": step_efficiency (FLOPs, TFLOP/s, MFU per rank
+        and step), "top_ops": the ops that lose the most GPU time against the rank's best rate of
+        the same formula family, "bandwidth": collective_bandwidth}. `peak_tflops` replaces the
+        device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
+        or TF32 matmuls."""
+        if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
+            raise TraceError(f"peak_tflops must be a positive number, not {peak_tflops!r}")
+        steps = self.sql(
+            "SELECT * REPLACE ("
+            " CASE WHEN $peak > 0 AND achieved_tflops IS NOT NULL THEN $peak ELSE peak_tflops END AS peak_tflops,"
+            " CASE WHEN $peak > 0 AND achieved_tflops IS NOT NULL THEN 100.0 * achieved_tflops / $peak"
+            " ELSE mfu_pct END AS mfu_pct) FROM step_efficiency ORDER BY rank, step",
+            {"peak": float(peak_tflops or 0)})
+        top_ops = self.sql(
+            "WITH rated AS (SELECT rank, name, family, sum(flops) AS flops, sum(kernel_ns) AS kernel_ns, count(*) AS calls"
+            " FROM op_flops WHERE flops > 0 AND kernel_ns > 0 GROUP BY rank, name, family),"
+            " best AS (SELECT rank, family, max(flops / kernel_ns) AS best FROM rated GROUP BY rank, family)"
+            " SELECT r.rank, r.name, r.family, r.calls, r.flops, r.kernel_ns, r.flops / r.kernel_ns / 1000 AS tflops,"
+            " (r.kernel_ns - r.flops / b.best)::BIGINT AS lost_ns"
+            " FROM rated AS r JOIN best AS b USING (rank, family)"
+            " ORDER BY lost_ns DESC, r.rank, r.name LIMIT 20")
+        bandwidth = self.sql("SELECT * FROM collective_bandwidth ORDER BY step, process_group, op, op_index, rank")
+        return {"steps": steps, "top_ops": top_ops, "bandwidth": bandwidth}
+
     def evidence(self, finding: Finding | int | str) -> polars.DataFrame:
         """The rows that reproduce a finding (its bound SQL run on the database).
 
