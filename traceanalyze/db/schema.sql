@@ -85,5 +85,6 @@ CREATE TABLE gpu_specs (
     bf16_tflops DOUBLE,         -- peak dense BF16 tensor core, TFLOP/s (NULL: none)
     fp8_tflops DOUBLE,          -- peak dense FP8 tensor core, TFLOP/s (NULL: none)
     intra_node_busbw_gb_per_s DOUBLE,  -- typical nccl-tests bus bandwidth of a large all-reduce within one node (NVLink / xGMI, or PCIe where the model has none), GB/s
-    inter_node_busbw_gb_per_s DOUBLE   -- typical bus bandwidth across nodes (one InfiniBand / RoCE NIC per GPU of the model's generation), GB/s
+    inter_node_busbw_gb_per_s DOUBLE,  -- typical bus bandwidth across nodes (one InfiniBand / RoCE NIC per GPU of the model's generation), GB/s
+    hbm_gb_per_s DOUBLE         -- peak device memory bandwidth, GB/s (the roofline's memory bound; A100 40 GB figure for A100)
 );

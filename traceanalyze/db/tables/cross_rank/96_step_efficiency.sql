@@ -6,16 +6,11 @@
 -- flops / ideal_ns (the mix's effective peak). Anything unknown leaves a NULL and says why in note.
 CREATE OR REPLACE TABLE step_efficiency AS
 WITH spec AS (
-    SELECT r.rank, r.device_name,
-           (SELECT g.gpu FROM gpu_specs AS g WHERE regexp_matches(r.device_name, g.name_regex) ORDER BY g.priority LIMIT 1) AS gpu
-    FROM ranks AS r
+    SELECT r.rank, r.device_name, device_gpu(r.device_name) AS gpu FROM ranks AS r
 ),
 peaks AS (
-    SELECT s.rank, s.device_name, s.gpu, d.dtype,
-           CASE d.dtype WHEN 'fp64' THEN g.fp64_tflops WHEN 'fp32' THEN g.fp32_tflops WHEN 'fp16' THEN g.fp16_tflops
-                        WHEN 'bf16' THEN g.bf16_tflops WHEN 'fp8' THEN g.fp8_tflops END AS peak_tflops
-    FROM spec AS s LEFT JOIN gpu_specs AS g ON g.gpu = s.gpu
-    CROSS JOIN (SELECT unnest(['fp64', 'fp32', 'fp16', 'bf16', 'fp8']) AS dtype) AS d
+    SELECT s.rank, d.dtype, device_peak_tflops(s.device_name, d.dtype) AS peak_tflops
+    FROM spec AS s CROSS JOIN (SELECT unnest(['fp64', 'fp32', 'fp16', 'bf16', 'fp8']) AS dtype) AS d
 ),
 by_dtype AS (
     SELECT *, sum(flops) OVER (PARTITION BY rank, step) AS step_flops
