@@ -162,10 +162,54 @@ def test_the_api_gives_the_tables_and_a_peak_override_rescales_mfu():
         steps = a.sql("SELECT step, flops, dur_ns FROM step_efficiency ORDER BY step")
         with pytest.raises(traceanalyze.TraceError):
             a.efficiency(peak_tflops=-1)
-    assert set(default) == {"steps", "top_ops", "bandwidth"}
+    assert set(default) == {"steps", "top_ops", "bandwidth", "critical_path"}
     for row, d, g in zip(steps.iter_rows(), default["steps"]["mfu_pct"], given["steps"]["mfu_pct"]):
         _, flops, dur_ns = row
         assert d == pytest.approx(100 * flops / (15.7e3 * dur_ns))
         assert g == pytest.approx(100 * flops / (31.4e3 * dur_ns))
     top = default["top_ops"]
     assert top.height > 0 and (top["lost_ns"] >= 0).all()
+
+
+DDP = REAL.parent / "ddp"
+
+
+def _dataloader_ns_by_rank(folder: Path, step: int) -> dict[int, int]:
+    """Each rank's DataLoader wait in ProfilerStep#step, straight from its JSON."""
+    out = {}
+    for f in sorted(folder.glob("*.pt.trace.json.gz")):
+        doc = json.loads(gzip.open(f).read())
+        events = doc["traceEvents"]
+        rank = doc["distributedInfo"]["rank"]
+        (lo, hi), = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == f"ProfilerStep#{step}"
+                     and e.get("cat") != "gpu_user_annotation"]
+        out[rank] = sum(round(e["dur"] * 1000) for e in events
+                        if e.get("name", "").startswith("enumerate(DataLoader)") and lo <= e["ts"] < hi)
+    return out
+
+
+def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(tmp_path):
+    """input_straggler: the rank with the longest DataLoader wait (from the JSON) holds every
+    step, so each step's path holds that rank's DataLoader wait and crosses to it at a collective."""
+    db = tmp_path / "trace.duckdb"
+    load_trace_dir(DDP / "input_straggler", db)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        steps = [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()]
+        assert steps
+        for step in steps:
+            waits = _dataloader_ns_by_rank(DDP / "input_straggler", step)
+            slow = max(waits, key=waits.get)
+            segs = con.execute("SELECT rank, seq, kind, name, ts_ns, dur_ns, on_rank FROM critical_path "
+                               "WHERE step = ? ORDER BY seq", [step]).fetchall()
+            assert segs
+            on_slow = [s for s in segs if s[6] == slow and s[2] == "host" and s[3].startswith("enumerate(DataLoader)")]
+            assert on_slow, (step, slow, segs)
+            assert on_slow[0][5] >= waits[slow]  # the host stretch holding the whole wait
+            step_ns = con.execute("SELECT dur_ns FROM steps WHERE rank = ? AND step = ?", [segs[0][0], step]).fetchone()[0]
+            assert sum(s[5] for s in segs) <= step_ns * 1.01  # a chain, never more than the step
+            for a, b in zip(segs, segs[1:]):  # segments in time order on each rank
+                if a[6] == b[6]:
+                    assert a[4] + a[5] <= b[4]
+    finally:
+        con.close()

@@ -217,7 +217,8 @@ class Analysis:
     def efficiency(self, peak_tflops: float | None = None) -> dict[str, polars.DataFrame]:
         """How fast, not only how long: {"steps": step_efficiency (FLOPs, TFLOP/s, MFU per rank
         and step), "top_ops": the ops that lose the most GPU time against the rank's best rate of
-        the same formula family, "bandwidth": collective_bandwidth}. `peak_tflops` replaces the
+        the same formula family, "bandwidth": collective_bandwidth, "critical_path": the largest
+        parts of the steps' critical paths (table critical_path) by kind, rank and name}. `peak_tflops` replaces the
         device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
         or TF32 matmuls."""
         if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
@@ -237,7 +238,11 @@ class Analysis:
             " FROM rated AS r JOIN best AS b USING (rank, family)"
             " ORDER BY lost_ns DESC, r.rank, r.name LIMIT 20")
         bandwidth = self.sql("SELECT * FROM collective_bandwidth ORDER BY step, process_group, op, op_index, rank")
-        return {"steps": steps, "top_ops": top_ops, "bandwidth": bandwidth}
+        path = self.sql(
+            "SELECT kind, on_rank, name, count(*) AS segments, sum(dur_ns) AS dur_ns,"
+            " 100.0 * sum(dur_ns) / (SELECT sum(dur_ns) FROM critical_path) AS pct_of_path"
+            " FROM critical_path GROUP BY kind, on_rank, name ORDER BY dur_ns DESC, kind, on_rank, name LIMIT 20")
+        return {"steps": steps, "top_ops": top_ops, "bandwidth": bandwidth, "critical_path": path}
 
     def evidence(self, finding: Finding | int | str) -> polars.DataFrame:
         """The rows that reproduce a finding (its bound SQL run on the database).
