@@ -168,7 +168,11 @@ def test_the_api_gives_the_tables_and_a_peak_override_rescales_mfu():
         assert d == pytest.approx(100 * flops / (15.7e3 * dur_ns))
         assert g == pytest.approx(100 * flops / (31.4e3 * dur_ns))
     top = default["top_ops"]
-    assert top.height > 0 and (top["lost_ns"] >= 0).all()
+    assert top.height > 0
+    for row in top.iter_rows(named=True):
+        assert row["lost_ms"] == pytest.approx(row["kernel_ms"] - row["roofline_ms"])
+        # the roofline is at least the op's FLOPs at the V100's 15.7 TFLOP/s fp32 peak
+        assert row["roofline_ms"] >= row["tflops"] * row["kernel_ms"] / 15.7 * (1 - 1e-9)
 
 
 DDP = REAL.parent / "ddp"
@@ -213,3 +217,25 @@ def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(tmp_pat
                     assert a[4] + a[5] <= b[4]
     finally:
         con.close()
+
+
+def test_the_summary_and_report_carry_the_efficiency(tmp_path):
+    """ResNet-50 (V100, fp32): the summary's MFU over the aligned steps is their FLOPs at 15.7
+    TFLOP/s over their time, the summary matches the JSON Schema, and report.html shows it."""
+    import traceanalyze
+    from traceanalyze.output.units import fmt_pct
+    from traceanalyze.summary_model import schema_problem
+
+    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", progress=False) as a:
+        flops, dur_ns = a.sql("SELECT sum(e.flops), sum(e.dur_ns) FROM step_efficiency AS e "
+                              "JOIN aligned_steps USING (step)").row(0)
+        paths = a.write_report(tmp_path / "out")
+        summary = a.summary_dict
+    assert schema_problem(summary) is None
+    (rank,) = summary["efficiency"]["ranks"]
+    expected = 100 * flops / (15.7e3 * dur_ns)
+    assert rank["mfu_pct"] == pytest.approx(expected, abs=0.001)
+    html = paths.report_html.read_text(encoding="utf-8")
+    section = html.split('id="efficiency"', 1)[1].split("</section>", 1)[0]
+    assert fmt_pct(rank["mfu_pct"]) in section and "V100 SXM" in section
+    assert "aten::cudnn_convolution_backward" in section  # the op losing the most time to its roofline

@@ -221,6 +221,8 @@ class Analysis:
         parts of the steps' critical paths (table critical_path) by kind, rank and name}. `peak_tflops` replaces the
         device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
         or TF32 matmuls."""
+        from traceanalyze.efficiency import CRITICAL_PATH_SQL, TOP_OPS_SQL
+
         if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
             raise TraceError(f"peak_tflops must be a positive number, not {peak_tflops!r}")
         steps = self.sql(
@@ -229,19 +231,9 @@ class Analysis:
             " CASE WHEN $peak > 0 AND achieved_tflops IS NOT NULL THEN 100.0 * achieved_tflops / $peak"
             " ELSE mfu_pct END AS mfu_pct) FROM step_efficiency ORDER BY rank, step",
             {"peak": float(peak_tflops or 0)})
-        top_ops = self.sql(
-            "WITH rated AS (SELECT rank, name, family, sum(flops) AS flops, sum(kernel_ns) AS kernel_ns, count(*) AS calls"
-            " FROM op_flops WHERE flops > 0 AND kernel_ns > 0 GROUP BY rank, name, family),"
-            " best AS (SELECT rank, family, max(flops / kernel_ns) AS best FROM rated GROUP BY rank, family)"
-            " SELECT r.rank, r.name, r.family, r.calls, r.flops, r.kernel_ns, r.flops / r.kernel_ns / 1000 AS tflops,"
-            " (r.kernel_ns - r.flops / b.best)::BIGINT AS lost_ns"
-            " FROM rated AS r JOIN best AS b USING (rank, family)"
-            " ORDER BY lost_ns DESC, r.rank, r.name LIMIT 20")
+        top_ops = self.sql(TOP_OPS_SQL, {"peak_tflops": float(peak_tflops or 0), "limit_count": 20})
         bandwidth = self.sql("SELECT * FROM collective_bandwidth ORDER BY step, process_group, op, op_index, rank")
-        path = self.sql(
-            "SELECT kind, on_rank, name, count(*) AS segments, sum(dur_ns) AS dur_ns,"
-            " 100.0 * sum(dur_ns) / (SELECT sum(dur_ns) FROM critical_path) AS pct_of_path"
-            " FROM critical_path GROUP BY kind, on_rank, name ORDER BY dur_ns DESC, kind, on_rank, name LIMIT 20")
+        path = self.sql(CRITICAL_PATH_SQL, {"limit_count": 20})
         return {"steps": steps, "top_ops": top_ops, "bandwidth": bandwidth, "critical_path": path}
 
     def evidence(self, finding: Finding | int | str) -> polars.DataFrame:
