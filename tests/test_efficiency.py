@@ -239,3 +239,35 @@ def test_the_summary_and_report_carry_the_efficiency(tmp_path):
     section = html.split('id="efficiency"', 1)[1].split("</section>", 1)[0]
     assert fmt_pct(rank["mfu_pct"]) in section and "V100 SXM" in section
     assert "aten::cudnn_convolution_backward" in section  # the op losing the most time to its roofline
+
+
+def test_odd_shapes_give_null_flops_never_an_error_or_a_guess(tmp_path):
+    """Shapes that no formula fits (dims past int64, text, negatives, a TensorList, mismatched
+    inner dims) load, count as unknown ops, and leave the step's FLOPs NULL with a note."""
+    odd = ['[[9000000000000000000000, 2], [2, 3]]', '"not a list"', '[[4, -1], [-1, 4]]',
+           '[[[2, 3], [3, 4]], [3, 4]]', '[[4, 5], [6, 7]]', '[]']
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for i, dims in enumerate(odd):
+        t = 10 + i * 100
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": 50,
+                       "args": {"External id": i + 1, "Input Dims": json.loads(dims), "Input type": ["float", "float"]}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 5,
+                       "dur": 5, "args": {"correlation": i + 1, "External id": i + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": "volta_sgemm", "pid": 0, "tid": 7, "ts": t + 20, "dur": 30,
+                       "args": {"correlation": i + 1, "External id": i + 1, "device": 0, "stream": 7}})
+    trace = {"deviceProperties": [{"name": "NVIDIA A100-SXM4-80GB"}], "traceEvents": events}
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "rank0.json").write_text(json.dumps(trace))
+    db = tmp_path / "trace.duckdb"
+    load_trace_dir(tmp_path / "t", db)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT external_id, family, flops, kernel_ns FROM op_flops ORDER BY external_id").fetchall()
+        assert [r[0] for r in rows] == list(range(1, len(odd) + 1))
+        assert all(family == "mm" and flops is None and kernel_ns == 30_000 for _, family, flops, kernel_ns in rows)
+        flops, unknown, mfu, note = con.execute(
+            "SELECT flops, unknown_ops, mfu_pct, note FROM step_efficiency").fetchone()
+        assert flops is None and unknown == len(odd) and mfu is None
+        assert "record_shapes" in note
+    finally:
+        con.close()

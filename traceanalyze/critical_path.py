@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import duckdb
 
 LAUNCH_SLACK_NS = 2_000      # a kernel starting this soon after its launch returns waited for the launch
-MAX_SEGMENTS_PER_STEP = 5_000  # a guard: a walk never loops, but a pathological trace cannot run away
+MAX_SEGMENTS_PER_STEP = 5_000
+MAX_KERNELS = 4_000_000      # GPU events of the aligned steps, all ranks: above, no walk (memory)  # a guard: a walk never loops, but a pathological trace cannot run away
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,12 @@ def build_critical_path(con: duckdb.DuckDBPyConnection) -> None:
     """Fill `critical_path` for every aligned step (the table exists, empty)."""
     steps = [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()]
     if not steps:
+        return
+    (n_kernels,) = con.execute("SELECT count(*) FROM kernels JOIN aligned_steps USING (step)").fetchone()
+    if n_kernels > MAX_KERNELS:  # the walk holds a step's GPU work of every rank in memory
+        con.execute("INSERT INTO load_issues VALUES (NULL, NULL, 'critical-path-skipped', 'info', ?, ?)",
+                    [f"the critical path was not computed: {n_kernels:,} GPU events in the aligned steps, over "
+                     f"the {MAX_KERNELS:,} it walks (load fewer ranks with --ranks)", n_kernels])
         return
     arrivals = _arrivals(con)
     rows: list[tuple] = []
@@ -90,7 +97,7 @@ def _load_step(con, step: int) -> dict[int, _Rank]:
                  ON r.rank = k.rank AND r.correlation = k.correlation
                LEFT JOIN collective_arrivals AS a ON a.rank = k.rank AND a.step = k.step AND a.ts_ns = k.ts_ns
                  AND a.source = 'nccl_kernel'
-               WHERE k.step = ? ORDER BY k.rank, k.end_ns, k.ts_ns, k.name""", [step]).fetchall():
+               WHERE k.step = ? ORDER BY k.rank, k.end_ns, k.ts_ns, k.name, k.stream, k.correlation""", [step]).fetchall():
         gpu[rank].append(_Gpu(ts, end, name, kind, launch_end, (pg, op, idx) if op is not None else None))
     syncs: dict[int, list] = {r: [] for r in bounds}
     for rank, end, ts in con.execute(

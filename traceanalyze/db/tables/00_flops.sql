@@ -3,10 +3,10 @@
 -- One place for every formula; docs/efficiency.md explains each. An op, a shape or a value the
 -- formulas do not know gives NULL: counted as unknown, never guessed.
 
--- the i-th (0-based) input's shape in an "Input Dims" text, e.g. dims_at('[[8, 512], [512, 64]]', 1) -> [512, 64]; [] for a scalar; NULL when absent, not JSON, or not a list of integers (a TensorList)
+-- the i-th (0-based) input's shape in an "Input Dims" text, e.g. dims_at('[[8, 512], [512, 64]]', 1) -> [512.0, 64.0]; [] for a scalar; NULL when absent, not JSON, or not a list of non-negative integers (a TensorList); DOUBLE so products never overflow
 CREATE OR REPLACE MACRO dims_at(input_dims, i) AS (
     list_filter([TRY_CAST(json_extract(TRY_CAST(input_dims AS JSON), '$[' || i || ']') AS BIGINT[])],
-                lambda d: list_count(d) = len(d) AND list_bool_and(list_transform(d, lambda x: x >= 0)) IS NOT false)[1]
+                lambda d: list_count(d) = len(d) AND list_bool_and(list_transform(d, lambda x: x >= 0)) IS NOT false)[1]::DOUBLE[]
 );
 
 -- elements of a shape: product of its dims (1 for a scalar []), NULL for a NULL shape; DOUBLE (exact to 2^53)
@@ -92,8 +92,8 @@ CREATE OR REPLACE MACRO conv_out_numel(x, w, s, p, dl) AS (
     CASE WHEN x IS NULL OR w IS NULL OR s IS NULL OR p IS NULL OR dl IS NULL OR len(x) < 3 OR len(w) <> len(x)
               OR len(s) = 0 OR len(p) = 0 OR len(dl) = 0 THEN NULL
          ELSE x[1] * w[1] * list_product(list_transform(range(1, len(x) - 1), lambda j:
-             greatest(0, (x[j + 2] + 2 * p[least(j, len(p))] - dl[least(j, len(dl))] * (w[j + 2] - 1) - 1)
-                          // greatest(s[least(j, len(s))], 1) + 1)))
+             greatest(0, floor((x[j + 2] + 2 * p[least(j, len(p))] - dl[least(j, len(dl))] * (w[j + 2] - 1) - 1)
+                          / greatest(s[least(j, len(s))], 1)) + 1)))
     END
 );
 

@@ -43,7 +43,7 @@ SELECT
     s.rank,                                 -- global rank
     s.step,                                 -- ProfilerStep N
     s.dur_ns,                               -- step duration, ns
-    i.flops::BIGINT AS flops,               -- FLOPs of the step's floating-point ops with a formula (op_flops rows with a dtype); NULL when none could be counted
+    TRY_CAST(i.flops AS BIGINT) AS flops,               -- FLOPs of the step's floating-point ops with a formula (op_flops rows with a dtype); NULL when none could be counted
     coalesce(o.counted_ops, 0) AS counted_ops,          -- ops whose FLOPs are known
     coalesce(o.unknown_ops, 0) AS unknown_ops,          -- ops that ran compute kernels but have no formula or no recorded shapes (their FLOPs are left out, not guessed)
     CASE WHEN o.counted_kernel_ns + o.unknown_kernel_ns > 0
@@ -53,11 +53,11 @@ SELECT
     sp.gpu,                                 -- the gpu_specs model it matched, NULL when unknown
     CASE WHEN g.has_kernels THEN i.flops / s.dur_ns / 1000 END AS achieved_tflops,  -- flops / step duration, TFLOP/s (NULL without GPU kernels)
     CASE WHEN g.has_kernels AND NOT i.some_peak_unknown THEN i.flops / i.ideal_ns / 1000 END AS peak_tflops,  -- the device's dense peak for the step's precision mix, TFLOP/s (NULL when the device or a precision is not in gpu_specs)
-    CASE WHEN g.has_kernels AND NOT i.some_peak_unknown THEN i.ideal_ns::BIGINT END AS ideal_ns,  -- time the step's FLOPs would take at peak, ns
+    CASE WHEN g.has_kernels AND NOT i.some_peak_unknown THEN TRY_CAST(i.ideal_ns AS BIGINT) END AS ideal_ns,  -- time the step's FLOPs would take at peak, ns
     CASE WHEN g.has_kernels AND NOT i.some_peak_unknown THEN 100.0 * i.ideal_ns / s.dur_ns END AS mfu_pct,  -- model FLOPs utilization: ideal_ns / dur_ns, %
     CASE
         WHEN NOT coalesce(g.has_kernels, false) THEN 'no GPU kernels in this trace: no FLOP rate or MFU'
-        WHEN i.flops IS NULL AND coalesce(o.shapeless_ops, 0) > 0 THEN 'no input shapes recorded (profile with record_shapes=True): FLOPs unknown'
+        WHEN i.flops IS NULL AND coalesce(o.shapeless_ops, 0) > 0 THEN 'FLOPs unknown: no input shapes recorded (profile with record_shapes=True), or shapes no formula fits'
         WHEN i.flops IS NULL THEN 'no op with a FLOP formula in this step'
         WHEN sp.gpu IS NULL THEN 'device ' || coalesce('''' || sp.device_name || '''', 'name') || ' not in gpu_specs: no peak, no MFU (give the peak: --param low-mfu.peak_tflops=N)'
         WHEN i.some_peak_unknown THEN 'no ' || i.unknown_dtypes || ' peak for ' || sp.gpu || ': no MFU'

@@ -84,11 +84,11 @@ SELECT
     a.external_id,                          -- External id of the op
     a.family,                               -- formula used: mm, addmm, bmm, baddbmm, matmul, linear, conv, conv_backward, sdpa, flash, sdpa_backward, flash_backward, norm, norm_backward, softmax, softmax_backward, embedding, embedding_dense_backward, elementwise, elementwise2; NULL: no formula for this op
     a.dtype,                                -- compute precision class of its inputs: fp64, fp32, fp16, bf16, fp8 (NULL when not recorded)
-    a.flops::BIGINT AS flops,               -- floating-point operations by the formula (a multiply-add is 2); NULL when the op has no formula or its shapes were not recorded (record_shapes=False) or are odd
-    a.bytes::BIGINT AS bytes,               -- least bytes it must read and write (inputs once, output once); NULL when unknown
+    TRY_CAST(a.flops AS BIGINT) AS flops,               -- floating-point operations by the formula (a multiply-add is 2); NULL when the op has no formula or its shapes were not recorded (record_shapes=False) or are odd
+    TRY_CAST(a.bytes AS BIGINT) AS bytes,               -- least bytes it must read and write (inputs once, output once); NULL when unknown
     a.kernel_ns::BIGINT AS kernel_ns,       -- GPU time of the compute kernels it launched, ns (NULL: none)
     a.kernel_count,                         -- compute kernels it launched
-    CASE WHEN a.kernel_ns > 0 THEN a.flops / a.kernel_ns / 1000 END AS tflops  -- achieved rate on the GPU: flops / kernel_ns, TFLOP/s
+    CASE WHEN a.kernel_ns > 0 THEN TRY_CAST(a.flops AS BIGINT) / a.kernel_ns / 1000 END AS tflops  -- achieved rate on the GPU: flops / kernel_ns, TFLOP/s
 FROM all_rows AS a
 ASOF LEFT JOIN steps AS s ON a.rank = s.rank AND a.ts_ns >= s.ts_ns
 ORDER BY a.rank, a.ts_ns NULLS LAST, a.external_id, a.name;
