@@ -271,3 +271,23 @@ def test_odd_shapes_give_null_flops_never_an_error_or_a_guess(tmp_path):
         assert "record_shapes" in note
     finally:
         con.close()
+
+
+def test_the_peak_given_on_the_command_line_rates_the_summary_and_the_rule(cli, tmp_path, loaded):
+    """--peak-tflops 31.4 on ResNet-50: the summary's MFU is the FLOPs at 31.4 TFLOP/s (half of
+    what the V100's 15.7 gives), and low-mfu judges against that peak too (MFU under 15%)."""
+    con = loaded("kineto-resnet50-nw0")
+    flops, dur_ns = con.execute("SELECT sum(e.flops), sum(e.dur_ns) FROM step_efficiency AS e "
+                                "JOIN aligned_steps USING (step)").fetchone()
+    result = cli(REAL / "kineto-resnet50-nw0", "--peak-tflops", "31.4", "--format", "json",
+                 "--out", tmp_path / "out", "--no-html", "-q")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    (rank,) = summary["efficiency"]["ranks"]
+    assert rank["peak_tflops"] == pytest.approx(31.4)
+    assert rank["mfu_pct"] == pytest.approx(100 * flops / (31.4e3 * dur_ns), abs=0.001)
+    low = [f for f in summary["findings"] if f["rule"] == "low-mfu"]
+    assert len(low) == 1 and low[0]["evidence"]["mfu_pct"] == pytest.approx(rank["mfu_pct"], abs=0.01)
+    bad = cli(REAL / "kineto-resnet50-nw0", "--peak-tflops", "-1", "--out", tmp_path / "bad")
+    assert bad.returncode == 2 and "peak-tflops" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()

@@ -221,16 +221,11 @@ class Analysis:
         parts of the steps' critical paths (table critical_path) by kind, rank and name}. `peak_tflops` replaces the
         device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
         or TF32 matmuls."""
-        from traceanalyze.efficiency import CRITICAL_PATH_SQL, TOP_OPS_SQL
+        from traceanalyze.efficiency import CRITICAL_PATH_SQL, STEPS_SQL, TOP_OPS_SQL
 
         if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
             raise TraceError(f"peak_tflops must be a positive number, not {peak_tflops!r}")
-        steps = self.sql(
-            "SELECT * REPLACE ("
-            " CASE WHEN $peak > 0 AND achieved_tflops IS NOT NULL THEN $peak ELSE peak_tflops END AS peak_tflops,"
-            " CASE WHEN $peak > 0 AND achieved_tflops IS NOT NULL THEN 100.0 * achieved_tflops / $peak"
-            " ELSE mfu_pct END AS mfu_pct) FROM step_efficiency ORDER BY rank, step",
-            {"peak": float(peak_tflops or 0)})
+        steps = self.sql(STEPS_SQL + " ORDER BY rank, step", {"peak_tflops": float(peak_tflops or 0)})
         top_ops = self.sql(TOP_OPS_SQL, {"peak_tflops": float(peak_tflops or 0), "limit_count": 20})
         bandwidth = self.sql("SELECT * FROM collective_bandwidth ORDER BY step, process_group, op, op_index, rank")
         path = self.sql(CRITICAL_PATH_SQL, {"limit_count": 20})

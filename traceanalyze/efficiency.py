@@ -30,6 +30,17 @@ ORDER BY lost_ms DESC NULLS LAST, rank, name, dtype
 LIMIT $limit_count
 """
 
+# step_efficiency with the user's peak ($peak_tflops > 0) in place of the device's: the one
+# place the override applies (API, summary)
+STEPS_SQL = """
+SELECT * REPLACE (
+    CASE WHEN $peak_tflops > 0 AND achieved_tflops IS NOT NULL THEN $peak_tflops ELSE peak_tflops END AS peak_tflops,
+    CASE WHEN $peak_tflops > 0 AND achieved_tflops IS NOT NULL THEN (flops / ($peak_tflops * 1000))::BIGINT ELSE ideal_ns END AS ideal_ns,
+    CASE WHEN $peak_tflops > 0 AND achieved_tflops IS NOT NULL THEN 100.0 * achieved_tflops / $peak_tflops ELSE mfu_pct END AS mfu_pct,
+    CASE WHEN $peak_tflops > 0 AND achieved_tflops IS NOT NULL THEN NULL ELSE note END AS note)
+FROM step_efficiency
+"""
+
 # per rank over the aligned steps: the step-weighted MFU and rate, and why a value is missing
 RANKS_SQL = """
 SELECT e.rank, min(e.gpu) AS gpu, min(e.device_name) AS device_name, count(*) AS steps,
@@ -39,7 +50,7 @@ SELECT e.rank, min(e.gpu) AS gpu, min(e.device_name) AS device_name, count(*) AS
        min(e.counted_kernel_pct) AS counted_kernel_pct,
        stable_mode(list(e.dtype_mix)) AS dtype_mix,
        stable_mode(list(e.note)) AS note
-FROM step_efficiency AS e JOIN aligned_steps USING (step)
+FROM (""" + STEPS_SQL + """) AS e JOIN aligned_steps USING (step)
 GROUP BY e.rank ORDER BY e.rank
 """
 
@@ -88,16 +99,19 @@ def has_efficiency_tables(con: duckdb.DuckDBPyConnection) -> bool:
     return {"step_efficiency", "op_flops", "collective_bandwidth", "critical_path"} <= names
 
 
-def efficiency_summary(con: duckdb.DuckDBPyConnection, detail: set[int]) -> dict[str, Any] | None:
-    """The summary's `efficiency` object (None for a database built before these tables)."""
+def efficiency_summary(con: duckdb.DuckDBPyConnection, detail: set[int],
+                       peak_tflops: float = 0.0) -> dict[str, Any] | None:
+    """The summary's `efficiency` object (None for a database built before these tables);
+    `peak_tflops` > 0 replaces the device's peak."""
     if not has_efficiency_tables(con):
         return None
+    peak = {"peak_tflops": float(peak_tflops or 0.0)}
     steps = _rows(con, "SELECT e.rank, e.step, e.mfu_pct, e.achieved_tflops, e.peak_tflops, e.flops "
-                       "FROM step_efficiency AS e JOIN aligned_steps USING (step) ORDER BY e.rank, e.step")
+                       f"FROM ({STEPS_SQL}) AS e JOIN aligned_steps USING (step) ORDER BY e.rank, e.step", peak)
     return {
-        "ranks": _rows(con, RANKS_SQL),
+        "ranks": _rows(con, RANKS_SQL, peak),
         "steps": [s for s in steps if s["rank"] in detail],
-        "top_ops": _rows(con, TOP_OPS_SQL, {"peak_tflops": 0.0, "limit_count": SUMMARY_TOP}),
+        "top_ops": _rows(con, TOP_OPS_SQL, {**peak, "limit_count": SUMMARY_TOP}),
         "bandwidth": _rows(con, BANDWIDTH_SQL),
         "critical_path": _rows(con, CRITICAL_PATH_SQL, {"limit_count": SUMMARY_TOP}),
     }

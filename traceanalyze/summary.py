@@ -104,7 +104,7 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
     steps = step_comparison(con)
     finding_dicts = [f.to_dict() for f in diagnosis.findings]
     detail = set(detail_ranks(ranks, steps, finding_dicts))
-    efficiency = efficiency_summary(con, detail)
+    efficiency = efficiency_summary(con, detail, diagnosis.peak_tflops)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
