@@ -65,16 +65,23 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None)
         con.execute(_sql_text(name))
 
 
-# the files of macros (the rest of tables/00_*.sql sets variables)
+# the files of macros (the rest of tables/00_*.sql sets variables); SPECS_MACROS read the gpu_specs table
 MACRO_FILES = ("tables/00_macros.sql", "tables/00_flops.sql")
+SPECS_MACROS = "tables/00_specs.sql"
 
 
 def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> None:
     """This version's macros (tables/00_macros.sql): stored in the database when it is built,
     or `temporary` to a connection (read-only ones too), where they shadow those stored by
     another version, so rules and queries see the helpers they were written against."""
-    sql = "\n".join(_sql_text(name) for name in MACRO_FILES)
-    con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
+    def run(sql: str) -> None:
+        con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
+
+    run("\n".join(_sql_text(name) for name in MACRO_FILES))
+    try:
+        run(_sql_text(SPECS_MACROS))
+    except duckdb.CatalogException:  # a database without gpu_specs (another version, or not ours)
+        pass
 
 
 def open_quiet(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
