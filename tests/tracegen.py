@@ -7,6 +7,8 @@ A spec describes what the training loop does in each step, in ms from the step s
     step_ms: 100             # or a list, one per step
     rank_step_ms: {1: [100, 250]}    # replaces step_ms for these ranks
     gpu: false               # true adds deviceProperties (GPU kernels need no flag)
+    device_name: NVIDIA Test GPU   # deviceProperties[0].name
+    host_names: {0: node-a}  # the top-level host_name of these ranks' files
     clock_offset_ms: {3: 7000}   # rank 3's clock runs 7 s ahead
     world_size: 8            # distributedInfo world_size, when larger than the ranks written
     loaded_ranks: [0, 1]     # write only these ranks' files (a partial world)
@@ -34,7 +36,7 @@ runs a reduce_scatter as a gloo:all_reduce of its input, the whole tensor, of `b
 send / recv (a gloo:send / gloo:recv annotation on the training thread from the call to the
 end of the transfer, inside a c10d::send / c10d::recv_ op whose third argument is `peer`, a
 rank of the group), kernel / nccl (GPU kernels with their cudaLaunchKernel; options: name, stream, launch_ms,
-launch_us, count, every_ms), memcpy (options: kind, bytes), sync (a cudaStreamSynchronize
+launch_us, count, every_ms, args (the kernel's args, e.g. "In msg nelems")), memcpy (options: kind, bytes), sync (a cudaStreamSynchronize
 call; options: name), memory (a [memory] event; options: total_allocated_bytes, device_type,
 bytes [4096], addr [1]), event (any complete event; options: name, cat [cpu_op], tid [the
 training thread], args). Collectives take dtype [float] for their
@@ -139,7 +141,7 @@ def _gpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
         start = t + i * every
         launch = (_at(opts["launch_ms"], si) * 1000 + opts["_step_start_us"] if "launch_ms" in opts
                   else start - launch_dur - 1.0) + i * every
-        r.launch(name, "kernel", start, d, stream, launch, launch_dur, "cudaLaunchKernel")
+        r.launch(name, "kernel", start, d, stream, launch, launch_dur, "cudaLaunchKernel", **opts.get("args", {}))
 
 
 def _step_events(r: _Rank, timeline: list, start_us: float, si: int) -> None:
@@ -183,7 +185,9 @@ def rank_trace(spec: dict, rank: int) -> dict:
              "pg_size": len(g["ranks"]), "ranks": str(g["ranks"]) if spec.get("ranks_as_text") else g["ranks"]}
             for g in mine]
     if spec.get("gpu"):  # Kineto writes deviceProperties before traceEvents
-        trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA Test GPU"}]
+        trace["deviceProperties"] = [{"id": 0, "name": spec.get("device_name", "NVIDIA Test GPU")}]
+    if (spec.get("host_names") or {}).get(rank):
+        trace["host_name"] = spec["host_names"][rank]
     trace["traceEvents"] = r.events
     return trace
 

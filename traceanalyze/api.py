@@ -218,6 +218,23 @@ class Analysis:
             "ORDER BY table_name").fetchall()
         return [r[0] for r in rows]
 
+    def efficiency(self, peak_tflops: float | None = None) -> dict[str, polars.DataFrame]:
+        """How fast, not only how long: {"steps": step_efficiency (FLOPs, TFLOP/s, MFU per rank
+        and step), "top_ops": the ops that lose the most GPU time against the rank's best rate of
+        the same formula family, "bandwidth": collective_bandwidth, "critical_path": the largest
+        parts of the steps' critical paths (table critical_path) by kind, rank and name}. `peak_tflops` replaces the
+        device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
+        or TF32 matmuls."""
+        from traceanalyze.efficiency import CRITICAL_PATH_SQL, STEPS_SQL, TOP_OPS_SQL
+
+        if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
+            raise TraceError(f"peak_tflops must be a positive number, not {peak_tflops!r}")
+        steps = self.sql(STEPS_SQL + " ORDER BY rank, step", {"peak_tflops": float(peak_tflops or 0)})
+        top_ops = self.sql(TOP_OPS_SQL, {"peak_tflops": float(peak_tflops or 0), "limit_count": 20})
+        bandwidth = self.sql("SELECT * FROM collective_bandwidth ORDER BY step, process_group, op, op_index, rank")
+        path = self.sql(CRITICAL_PATH_SQL, {"limit_count": 20})
+        return {"steps": steps, "top_ops": top_ops, "bandwidth": bandwidth, "critical_path": path}
+
     def evidence(self, finding: Finding | int | str) -> polars.DataFrame:
         """The rows that reproduce a finding (its bound SQL run on the database).
 

@@ -33,6 +33,11 @@ class Diagnosis:
     window: Window                          # what the trace window supports (judge.window_facts)
     abstained: tuple[tuple[str, str], ...]  # (rule id, why): rules that could not judge this window
     failures: tuple[tuple[str, str], ...]   # (rule id, one-line error): rules that broke on this trace
+    peak_tflops: float = 0.0                # the device peak the user gave (low-mfu.peak_tflops; 0: gpu_specs)
+
+
+# the rule whose peak_tflops parameter is the user's device peak (the summary's MFU uses it too)
+PEAK_RULE = "low-mfu"
 
 
 def diagnose(con, config=None) -> Diagnosis:
@@ -63,7 +68,8 @@ def diagnose(con, config=None) -> Diagnosis:
             if os.environ.get(STRICT_RULES_ENV):
                 raise
             failures.append((rule.id, " ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
-    return Diagnosis(tuple(one_per_root_cause(findings, rules)), window, tuple(abstained), tuple(failures))
+    peak = float((params.get(PEAK_RULE) or {}).get("peak_tflops") or 0.0)
+    return Diagnosis(tuple(one_per_root_cause(findings, rules)), window, tuple(abstained), tuple(failures), peak)
 
 
 def _in_order(findings: list[Finding]) -> list[Finding]:

@@ -36,7 +36,7 @@ from traceanalyze.rootcause import Explains
 REQUIRED_COLUMNS = ("ranks", "steps", "ms_per_step", "pct_of_step")
 DOC_SECTIONS = ("what", "why", "example", "fix", "tuning")  # tuning: why the thresholds
 UNITS = {"ns": "_ns", "us": "_us", "ms": "_ms", "%": "_pct", "bytes": "_bytes", "count": "_count",
-         "ratio": "_ratio"}
+         "ratio": "_ratio", "TFLOP/s": "_tflops", "GB/s": "_gb_per_s"}
 MAX_EVENTS = 50
 _PARAM_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 

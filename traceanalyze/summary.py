@@ -18,6 +18,7 @@ import duckdb
 
 from traceanalyze.version import __version__
 from traceanalyze.diagnose import Diagnosis
+from traceanalyze.efficiency import efficiency_summary
 from traceanalyze.judge import judgement
 from traceanalyze.layout import parallel_layout
 from traceanalyze.metrics import (
@@ -104,6 +105,7 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
     steps = step_comparison(con)
     finding_dicts = [f.to_dict() for f in diagnosis.findings]
     detail = set(detail_ranks(ranks, steps, finding_dicts))
+    efficiency = efficiency_summary(con, detail, diagnosis.peak_tflops)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -119,4 +121,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
         "findings": finding_dicts,
         "load_issues": _load_issues(con) + rule_issues,
         "judgement": judgement(diagnosis.window, list(diagnosis.abstained)),
+        **({"efficiency": efficiency} if efficiency is not None else {}),
     }

@@ -32,3 +32,14 @@ def quiet_option(help: str = "No progress messages on stderr.") -> Callable[[F],
 def force_option(help: str = "Parse the traces again even if the stored database is up to date."
                  ) -> Callable[[F], F]:
     return click.option("--force", is_flag=True, help=help)
+
+
+def peak_tflops_option(help: str = "The device's peak TFLOP/s for MFU, replacing the built-in table "
+                                   "(same as --param low-mfu.peak_tflops=N).") -> Callable[[F], F]:
+    return click.option("--peak-tflops", "peak_tflops", type=click.FloatRange(min=0, min_open=True),
+                        default=None, metavar="N", help=help)
+
+
+def with_peak(params: tuple[str, ...], peak_tflops: float | None) -> list[str]:
+    """--param values plus the --peak-tflops one (the low-mfu rule's parameter)."""
+    return [*params, *([f"low-mfu.peak_tflops={peak_tflops}"] if peak_tflops is not None else [])]

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from traceanalyze.commands._options import force_option, out_option, param_option, quiet_option, ranks_option
+from traceanalyze.commands._options import (
+    force_option,
+    out_option,
+    param_option,
+    peak_tflops_option,
+    quiet_option,
+    ranks_option,
+    with_peak,
+)
 from traceanalyze.commands._scale import executor_options, load_options
 from traceanalyze.progress import cli_progress
 
@@ -22,6 +30,7 @@ def _color_wanted() -> bool:
 @ranks_option()
 @out_option()
 @param_option()
+@peak_tflops_option()
 @click.option("--perfetto", is_flag=True, help="Also write trace.perfetto-trace: all ranks merged, aligned, findings marked.")
 @click.option("--no-html", is_flag=True, help="Do not write report.html.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -29,7 +38,8 @@ def _color_wanted() -> bool:
 @force_option()
 @quiet_option()
 @executor_options
-def command(trace_dir: str | None, ranks: str, out_dir: Path | None, params: tuple[str, ...], perfetto: bool,
+def command(trace_dir: str | None, ranks: str, out_dir: Path | None, params: tuple[str, ...],
+            peak_tflops: float | None, perfetto: bool,
             no_html: bool, fmt: str, force: bool, quiet: bool, **scale) -> None:
     """Analyze per-rank traces: which rank and which phase slows the job, why, what to try.
 
@@ -46,7 +56,7 @@ def command(trace_dir: str | None, ranks: str, out_dir: Path | None, params: tup
     options = load_options(trace_dir, scale)
     out_dir = out_dir if out_dir is not None else default_out_dir(trace_dir or options["shards"])
     progress = cli_progress(quiet)
-    with analyze(trace_dir, ranks, db=out_dir / "trace.duckdb", params=list(params), config=Path.cwd(),
+    with analyze(trace_dir, ranks, db=out_dir / "trace.duckdb", params=with_peak(params, peak_tflops), config=Path.cwd(),
                  progress=progress, force=force, **options) as analysis:
         paths = analysis.write_report(out_dir, html=not no_html, perfetto=perfetto, progress=progress)
         summary = analysis.summary_dict

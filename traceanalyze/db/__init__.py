@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 
 
 def _sql_text(name: str) -> str:
@@ -51,6 +51,13 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
         "INSERT INTO kernel_classes VALUES (?, ?, ?, ?)",
         [(int(r["priority"]), r["cat_regex"], r["name_regex"], r["kind"]) for r in rows],
     )
+    specs = list(csv.DictReader(_sql_text("gpu_specs.csv").splitlines()))
+    columns = list(specs[0])
+    con.executemany(
+        f"INSERT INTO gpu_specs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+        [[int(r["priority"]), r["name_regex"], r["gpu"], *(float(r[c]) if r[c] else None for c in columns[3:])]
+         for r in specs],
+    )
 
 
 def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None) -> None:
@@ -59,12 +66,23 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None)
         con.execute(_sql_text(name))
 
 
+# the files of macros (the rest of tables/00_*.sql sets variables); SPECS_MACROS read the gpu_specs table
+MACRO_FILES = ("tables/00_macros.sql", "tables/00_flops.sql")
+SPECS_MACROS = "tables/00_specs.sql"
+
+
 def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> None:
     """This version's macros (tables/00_macros.sql): stored in the database when it is built,
     or `temporary` to a connection (read-only ones too), where they shadow those stored by
     another version, so rules and queries see the helpers they were written against."""
-    sql = _sql_text("tables/00_macros.sql")
-    con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
+    def run(sql: str) -> None:
+        con.execute(sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temporary else sql)
+
+    run("\n".join(_sql_text(name) for name in MACRO_FILES))
+    try:
+        run(_sql_text(SPECS_MACROS))
+    except duckdb.CatalogException:  # a database without gpu_specs (another version, or not ours)
+        pass
 
 
 THREADS_ENV = "TRACEANALYZE_DUCKDB_THREADS"

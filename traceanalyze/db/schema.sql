@@ -13,7 +13,8 @@ CREATE TABLE ranks (
     base_ns BIGINT,             -- baseTimeNanoseconds added to every ts (0 when absent)
     device_name VARCHAR,        -- deviceProperties[0].name, NULL for CPU-only traces
     truncated BOOLEAN,          -- the file was cut short; events before the cut were kept
-    clock_offset_ns BIGINT      -- estimated offset of this rank's clock vs. the reference rank (set by align)
+    clock_offset_ns BIGINT,     -- estimated offset of this rank's clock vs. the reference rank (set by align)
+    host_name VARCHAR           -- the host that recorded the trace (top-level host_name / hostname), NULL when absent
 );
 
 -- One row per process group a rank belongs to, from its trace's distributedInfo.pg_config (empty when the trace has none).
@@ -81,4 +82,20 @@ CREATE TABLE load_issues (
 CREATE TABLE load_meta (
     key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read)
     value VARCHAR               -- its value
+);
+
+-- Peak dense throughput and typical collective bus bandwidth of common accelerators (db/gpu_specs.csv): the first row by priority whose name_regex matches ranks.device_name applies.
+CREATE TABLE gpu_specs (
+    priority INTEGER,           -- match order (lower first)
+    name_regex VARCHAR,         -- regular expression matched against deviceProperties[0].name
+    gpu VARCHAR,                -- the model it stands for, e.g. 'A100 SXM'
+    fp64_tflops DOUBLE,         -- peak dense FP64 (tensor core where there is one), TFLOP/s; NULL when not quoted
+    fp32_tflops DOUBLE,         -- peak dense FP32 (no TF32), TFLOP/s
+    tf32_tflops DOUBLE,         -- peak dense TF32 tensor core, TFLOP/s (NULL: none)
+    fp16_tflops DOUBLE,         -- peak dense FP16 tensor core, TFLOP/s
+    bf16_tflops DOUBLE,         -- peak dense BF16 tensor core, TFLOP/s (NULL: none)
+    fp8_tflops DOUBLE,          -- peak dense FP8 tensor core, TFLOP/s (NULL: none)
+    intra_node_busbw_gb_per_s DOUBLE,  -- typical nccl-tests bus bandwidth of a large all-reduce within one node (NVLink / xGMI, or PCIe where the model has none), GB/s
+    inter_node_busbw_gb_per_s DOUBLE,  -- typical bus bandwidth across nodes (one InfiniBand / RoCE NIC per GPU of the model's generation), GB/s
+    hbm_gb_per_s DOUBLE         -- peak device memory bandwidth, GB/s (the roofline's memory bound; A100 40 GB figure for A100)
 );

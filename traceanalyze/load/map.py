@@ -134,9 +134,19 @@ def _insert_rank(con, tf: TraceFile, read: RankRead) -> None:
         else None
     con.execute(
         "INSERT INTO ranks (rank, rank_source, file, file_bytes, file_mtime_ns, events_bytes, world_size,"
-        " backend, base_ns, device_name, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " backend, base_ns, device_name, truncated, host_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [tf.rank, tf.rank_source, tf.url or str(tf.path), tf.size_bytes, tf.mtime_ns, read.events_bytes,
-         tf.world_size, tf.backend, base_time_ns(read.metadata), device, read.truncated_at_byte is not None])
+         tf.world_size, tf.backend, base_time_ns(read.metadata), device, read.truncated_at_byte is not None,
+         host_name(read.metadata)])
+
+
+def host_name(metadata: dict) -> str | None:
+    """The recording host: the top-level host_name (or hostname) key, when it is text."""
+    for key in ("host_name", "hostname"):
+        value = metadata.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
 
 
 def _insert_pg_configs(con, tf: TraceFile, read: RankRead) -> None:

@@ -17,6 +17,7 @@ import duckdb
 
 import traceanalyze.db as tracedb
 from traceanalyze.align import align_ranks
+from traceanalyze.critical_path import build_critical_path
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
@@ -101,6 +102,7 @@ def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
     tracedb.build_tables(con, tracedb.cross_rank_sql_files())
     check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
     align_ranks(con)
+    build_critical_path(con)
 
 
 def check_one_run(con, hosts: dict[int, str | None]) -> None:

@@ -39,7 +39,7 @@ _READ_CHUNK = 1 << 20
 SHARD_TABLES = (
     "ranks", "pg_configs", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
     "kernels", "memcpy", "collectives", "step_comm", "memory", "step_batches", "main_threads",
-    "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu", "step_regions",
+    "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu", "step_regions", "op_flops",
 )
 
 

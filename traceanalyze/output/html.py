@@ -87,6 +87,49 @@ class RankRow:
 
 
 @dataclass(frozen=True)
+class EfficiencyView:
+    """The efficiency section: rows of formatted cells (docs/efficiency.md explains the numbers)."""
+
+    ranks: list[list[str]]       # rank, GPU, MFU, achieved, peak, counted, precision, note
+    steps_header: list[str]      # "rank", then one column per aligned step shown
+    steps: list[list[str]]       # MFU per rank and step
+    ops: list[list[str]]         # rank, op, family, dtype, calls, TFLOP/s, kernel ms, roofline ms, lost ms
+    bandwidth: list[tuple[list[str], float]]  # (cells, bar width % of the link) per op and size bucket
+    path: list[list[str]]        # kind, rank, name, ms per step, % of the path
+
+
+def _fmt_num(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _efficiency_view(summary: dict) -> EfficiencyView | None:
+    eff = summary.get("efficiency")
+    if not eff:
+        return None
+    ranks = [[str(r["rank"]), r["gpu"] or r["device_name"] or "—", fmt_pct(r["mfu_pct"]),
+              _fmt_num(r["achieved_tflops"], 2), _fmt_num(r["peak_tflops"]), fmt_pct(r["counted_kernel_pct"]),
+              r["dtype_mix"] or "—", r["note"] or ""] for r in eff["ranks"]]
+    shown = sorted({s["step"] for s in eff["steps"]})[:12]
+    by = {(s["rank"], s["step"]): s["mfu_pct"] for s in eff["steps"]}
+    steps = [[str(rank)] + [fmt_pct(by.get((rank, st))) for st in shown]
+             for rank in sorted({s["rank"] for s in eff["steps"]})] \
+        if any(s["mfu_pct"] is not None for s in eff["steps"]) else []
+    ops = [[str(o["rank"]), o["name"] or "(unknown op)", o["family"] or "", o["dtype"] or "", str(o["calls"]),
+            _fmt_num(o["tflops"], 2), _fmt_num(o["kernel_ms"]), _fmt_num(o["roofline_ms"]), _fmt_num(o["lost_ms"])]
+           for o in eff["top_ops"]]
+    bandwidth = [([b["op"], f"{fmt_bytes(b['bytes_from'])} – {fmt_bytes(b['bytes_to'])}", str(b["count"]),
+                   _fmt_num(b["median_busbw_gb_per_s"]), _fmt_num(b["max_busbw_gb_per_s"]),
+                   _fmt_num(b["link_gb_per_s"], 0), b["layout"], fmt_pct(b["link_pct"])],
+                  max(0.0, min(100.0, b["link_pct"] or 0.0))) for b in eff["bandwidth"]]
+    path = [[p["kind"], str(p["on_rank"]), p["name"] or "", fmt_ms(p["ms_per_step"]), fmt_pct(p["pct_of_path"])]
+            for p in eff["critical_path"]]
+    if not (ops or bandwidth or path or any(r["mfu_pct"] is not None or r["achieved_tflops"] is not None
+                                            for r in eff["ranks"])):
+        return None
+    return EfficiencyView(ranks, ["rank"] + [f"step {st}" for st in shown], steps, ops, bandwidth, path)
+
+
+@dataclass(frozen=True)
 class ReportContext:
     """Everything report.html shows; the templates see nothing else."""
 
@@ -108,6 +151,8 @@ class ReportContext:
     css: Markup = field(metadata={"help": "the stylesheet, inlined"})
     js: Markup = field(metadata={"help": "the script (copy buttons), inlined"})
     script_hash: str = field(metadata={"help": "CSP 'sha256-...' of `js`: only the report's own script may run"})
+    efficiency: EfficiencyView | None = field(default=None, metadata={
+        "help": "MFU per rank and step, ops losing most time to their roofline, bus bandwidth per size, critical path (None when nothing to show)"})
     ranks_note: str = field(default="", metadata={
         "help": "for a big job: which ranks the table shows, and the distribution over all ranks"})
 
@@ -276,6 +321,7 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
             f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, op, seq, dur_ns / 1e6 AS ms FROM collectives ORDER BY seq, rank"',
         ],
         css=_asset("report.css"), js=js, script_hash=_csp_hash(js), ranks_note=_ranks_note(summary),
+        efficiency=_efficiency_view(summary),
     )
 
 

@@ -21,7 +21,8 @@ SELECT
     e.pg_ranks,                             -- record_param_comms: global ranks of the process group (JSON text)
     e.collective_seq,                       -- record_param_comms: args.Seq, the collective's sequence number in its group (newer torch)
     CASE WHEN e.name IN ('c10d::send', 'c10d::recv_') OR e.collective_name IS NOT NULL
-         THEN p2p_peer_arg(e.name, e.other_args) END AS peer_group_rank  -- send / recv (c10d::send, c10d::recv_, record_param_comms): the other end as a rank of the process group, NULL when unknown
+         THEN p2p_peer_arg(e.name, e.other_args) END AS peer_group_rank,  -- send / recv (c10d::send, c10d::recv_, record_param_comms): the other end as a rank of the process group, NULL when unknown
+    e.group_size                            -- record_param_comms: args."Group size" (ranks in the process group)
 FROM raw_events AS e
 ASOF LEFT JOIN steps AS s ON e.rank = s.rank AND e.ts_ns >= s.ts_ns
 WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator') AND e.ts_ns IS NOT NULL AND e.dur_ns >= 0;

@@ -1,0 +1,1 @@
+../../../rules/low-mfu/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/slow-collective-bandwidth/evidence.sql
