@@ -16,9 +16,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -113,8 +115,9 @@ class Run:
 
 @pytest.fixture()
 def run_env(tmp_path):
-    tmp = tmp_path / "tmpdir"
-    tmp.mkdir()
+    # a short private $TMPDIR: the pool's forkserver needs a Unix socket path under 108 bytes
+    # (under a longer one the pool spawns its workers, which 'pool starting' does not look for)
+    tmp = Path(tempfile.mkdtemp(prefix="ta-sig-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if k != "TRACEANALYZE_TMPDIR"}
     env["TMPDIR"] = str(tmp)
     runs: list[Run] = []
@@ -123,9 +126,12 @@ def run_env(tmp_path):
         runs.append(Run(list(args), env))
         return runs[-1]
 
-    yield start, tmp
-    for run in runs:
-        run.close()
+    try:
+        yield start, tmp
+    finally:
+        for run in runs:
+            run.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _assert_clean(run: Run, rc: int, sig: int, tmp: Path) -> None:

@@ -16,6 +16,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -115,12 +116,19 @@ def _map_in_worker(pack: list[TraceFile], shards_root: str, threads: int | None)
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     # forkserver (spawn where it is missing), never fork: a forked DuckDB or thread pool is unsafe
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if "forkserver" in methods:
+    forkserver = "forkserver" in multiprocessing.get_all_start_methods() and _socket_path_fits()
+    context = multiprocessing.get_context("forkserver" if forkserver else "spawn")
+    if forkserver:
         context.set_forkserver_preload(["traceanalyze.load.executors"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(),))
+
+
+def _socket_path_fits() -> bool:
+    """The forkserver listens on a Unix socket in the temp folder
+    (`<tmp>/pymp-XXXXXXXX/listener-XXXXXXXX`), whose path may not pass 107 bytes: under a long
+    $TMPDIR the pool spawns its workers instead (slower to start, same maps)."""
+    return len(os.fsencode(tempfile.gettempdir())) + len("/pymp-12345678/listener-12345678") < 100
 
 
 @contextlib.contextmanager
