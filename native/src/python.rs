@@ -88,15 +88,14 @@ impl TraceReader {
         max_item_bytes: usize,
         protobuf: bool,
     ) -> PyResult<Self> {
-        let limits = Limits {
-            block_bytes: block_bytes.max(1 << 12),
+        let limits = limits_of(
+            threads,
+            block_bytes,
             max_expansion,
             min_allowance_bytes,
             max_metadata_value_bytes,
-            threads,
             max_item_bytes,
-            ..Limits::default()
-        };
+        );
         let opened = catch_unwind(|| open_events(Path::new(path), limits, protobuf))
             .unwrap_or_else(|p| {
                 Err(TraceError {
@@ -160,6 +159,26 @@ impl TraceReader {
 }
 
 /// What the file held besides its events, as the dict `TraceReader.result()` gives.
+/// The reader's limits from the keyword arguments both entry points take (a block of at least 4 KiB).
+fn limits_of(
+    threads: usize,
+    block_bytes: usize,
+    max_expansion: u64,
+    min_allowance_bytes: u64,
+    max_metadata_value_bytes: usize,
+    max_item_bytes: usize,
+) -> Limits {
+    Limits {
+        block_bytes: block_bytes.max(1 << 12),
+        max_expansion,
+        min_allowance_bytes,
+        max_metadata_value_bytes,
+        threads,
+        max_item_bytes,
+        ..Limits::default()
+    }
+}
+
 fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item(
@@ -234,15 +253,14 @@ fn write_raw_events_parquet<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let codec = Codec::parse(compression)
         .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
-    let limits = Limits {
-        block_bytes: block_bytes.max(1 << 12),
+    let limits = limits_of(
+        threads,
+        block_bytes,
         max_expansion,
         min_allowance_bytes,
         max_metadata_value_bytes,
-        threads,
         max_item_bytes,
-        ..Limits::default()
-    };
+    );
     let (input, output) = (Path::new(path).to_path_buf(), Path::new(out).to_path_buf());
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
