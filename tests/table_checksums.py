@@ -13,7 +13,9 @@ itself (commit 55c1711: the reader's Arrow stream inserted into a private DuckDB
 Parquet-writing loader gave the same checksums for every table of all 40 folders (at its merge,
 eff9b03, against the tables of the commit before it). Tables changed on purpose since (process
 groups, code regions, efficiency: SCHEMA_VERSION 11) were written again by the same command, so
-the file pins today's tables row for row against any later loader change.
+the file pins today's tables row for row against any later loader change. The recorded
+multi-group (fixtures/parallel) and CUDA (fixtures/cuda) folders joined the corpus with the
+GPU idle-gap cause comm_wait (SCHEMA_VERSION 12).
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ def table_checksums(db_path: Path, root: Path = ROOT) -> dict[str, list]:
 
 
 def corpus() -> list[Path]:
-    """Every fixture folder holding traces: fixtures/ddp/* and fixtures/real/*."""
+    """Every fixture folder holding traces: fixtures/{ddp,real,parallel,cuda}/*."""
     dirs = []
-    for parent in (ROOT / "fixtures" / "ddp", ROOT / "fixtures" / "real"):
+    for parent in (ROOT / "fixtures" / name for name in ("ddp", "real", "parallel", "cuda")):
         dirs += sorted(p for p in parent.iterdir() if p.is_dir() and any(
             q.name.endswith((".json", ".json.gz")) and q.name != "expected.json" for q in p.rglob("*")))
     return dirs

@@ -1,5 +1,6 @@
 """The loader builds the same database as before the native reader wrote raw_events.parquet
-itself: every table of every fixture (fixtures/ddp/*, fixtures/real/*), row for row and exact
+itself: every table of every fixture (fixtures/ddp/*, fixtures/real/*,
+fixtures/parallel/*, fixtures/cuda/*), row for row and exact
 ns, against checksums written by the previous loader (tests/data/table_checksums.json, see
 tests/table_checksums.py for how they are computed and what is left out)."""
 

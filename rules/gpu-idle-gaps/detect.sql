@@ -1,7 +1,7 @@
--- One row per rank whose GPU sits idle for a large share of its steps (DataLoader waits excluded: see dataloader-stall).
+-- One row per rank whose GPU sits idle for a large share of its steps (DataLoader and communication waits excluded: see dataloader-stall and the communication rules).
 WITH gaps AS (
     SELECT g.* FROM gpu_idle_gaps AS g JOIN aligned_steps USING (step)
-    WHERE g.dur_ns >= $min_gap_us * 1000 AND g.cause <> 'data_wait'
+    WHERE g.dur_ns >= $min_gap_us * 1000 AND g.cause NOT IN ('data_wait', 'comm_wait')
 ),
 per_cause AS (
     SELECT rank, cause, sum(dur_ns) AS ns, count(*) AS n FROM gaps GROUP BY rank, cause

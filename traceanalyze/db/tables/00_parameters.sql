@@ -6,3 +6,5 @@ SET VARIABLE cut_short_max_ratio = 0.1;
 SET VARIABLE phase_merge_tolerance_ns = 1000000;
 -- a GPU idle gap is caused by the DataLoader wait when the wait covers at least this share of it
 SET VARIABLE gap_data_wait_min_share_pct = 50;
+-- a GPU idle gap is caused by waiting for communication when the loop is blocked in a host-run collective or send / recv for at least this share of it
+SET VARIABLE gap_comm_wait_min_share_pct = 50;

@@ -73,6 +73,9 @@ described AS (
         coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
                   WHERE p.rank = g.rank AND p.step = g.step AND p.phase = 'data_wait'
                     AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0) AS data_wait_ns,
+        coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
+                  WHERE p.rank = g.rank AND p.step = g.step AND p.phase IN ('comm_exposed', 'pipeline_wait')
+                    AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0) AS comm_wait_ns,
         -- a sync call overlaps the gap: among the calls started before the gap ends, one ends after it starts
         coalesce(sc.max_end_ns >= g.ts_ns, false) AS host_synced
     FROM gaps AS g
@@ -89,12 +92,14 @@ SELECT
     end_ns - ts_ns AS dur_ns,               -- gap length, ns
     next_launch_ts_ns,                      -- when the host launched the work that ends the gap (NULL at the step end)
     data_wait_ns,                           -- part of the gap while the training loop waits for the DataLoader, ns
+    comm_wait_ns,                           -- part of the gap while the training loop is blocked in a collective or a send / recv (phases comm_exposed, pipeline_wait), ns
     CASE
         WHEN data_wait_ns * 100 >= getvariable('gap_data_wait_min_share_pct') * (end_ns - ts_ns) THEN 'data_wait'
+        WHEN comm_wait_ns * 100 >= getvariable('gap_comm_wait_min_share_pct') * (end_ns - ts_ns) THEN 'comm_wait'
         WHEN host_synced THEN 'sync'
         WHEN next_launch_ts_ns > ts_ns THEN 'host_launch'
         ELSE 'other'
-    END AS cause                            -- data_wait (mostly during the DataLoader wait) | sync (the host waited on the GPU, e.g. .item()) | host_launch (the next work was launched only after the GPU went idle) | other (e.g. waiting for an event or another stream)
+    END AS cause                            -- data_wait (mostly during the DataLoader wait) | comm_wait (mostly while the loop is blocked in a host-run collective or send / recv, e.g. gloo on CUDA tensors: the communication findings report it) | sync (the host waited on the GPU, e.g. .item()) | host_launch (the next work was launched only after the GPU went idle) | other (e.g. waiting for an event or another stream)
 FROM described
 ORDER BY rank, step, device, ts_ns;
 
