@@ -162,3 +162,22 @@ def test_gloo_on_cuda_straggler_is_named_with_its_full_cost(analysed):
     assert excess_ms == pytest.approx(exp["injected"]["delay_ms"], rel=0.15)
     assert top["evidence"]["late_ms"] == pytest.approx(excess_ms, rel=0.1)
     assert top["cost"]["ms_per_step"] == pytest.approx(excess_ms, rel=0.1)
+
+
+def test_pageable_copy_is_named_with_its_size_and_time(analysed):
+    """A 64 MiB side input copied from pageable memory every step: pageable-memcpy reports the
+    bytes and the GPU copy time of the trace's 'Memcpy HtoD (Pageable -> Device)' events; the
+    pinned token batches are not counted."""
+    exp = _expected("ddp_pageable_copy_nccl_ws1")
+    data = _traces("ddp_pageable_copy_nccl_ws1")[0]
+    summary, _, _ = analysed("ddp_pageable_copy_nccl_ws1")
+    [f] = [f for f in summary["findings"] if f["rule"] == "pageable-memcpy"]
+    steps = {s: v for s, v in _steps(data["traceEvents"]).items() if s in f["steps"]}
+    copies = [e for e in data["traceEvents"] if e.get("cat") == "gpu_memcpy"
+              and e["name"] == "Memcpy HtoD (Pageable -> Device)"]
+    assert len(copies) == len(steps)
+    assert {e["args"]["bytes"] for e in copies} == {exp["pageable_mb"] << 20}
+    assert f["ranks"] == [0]
+    assert f["evidence"]["bytes_per_step"] == exp["pageable_mb"] << 20
+    assert f["evidence"]["copy_ms"] == pytest.approx(
+        sum(e["dur"] for e in copies) / len(copies) / 1e3, rel=1e-3)
