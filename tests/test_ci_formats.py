@@ -64,6 +64,9 @@ def test_github_annotations_one_line_each_with_level_per_severity():
     assert NASTY_LINE in _unescape(straggler.group(3))  # the message survives the round trip
     assert "\n" not in straggler.group(3) and "\r" not in straggler.group(3)
     assert lines[-1] == f"traceanalyze check: FAILED ({len(result.reasons)} reason(s))"
+    cost = next(f for f in result.findings if f["rule"] == "collective-straggler")["cost"]
+    assert cost["pct_of_step"] is None   # the builder's finding gives ms only
+    assert _unescape(straggler.group(3)).endswith(f" (costs {cost['ms_per_step']:.1f} ms/step)")
 
 
 def test_github_regressions_are_errors():

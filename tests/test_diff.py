@@ -214,3 +214,15 @@ def test_diff_of_two_recorded_trace_folders(tmp_path):
     page = html.read_text()
     assert all(f'id="rank-{r}"' in page for r in range(4))
     assert "collective-straggler" in page
+    # the output folders of those two runs compare the same, from their own summary.json
+    # (their trace.shards/rank=N/manifest.json files are no traces)
+    by_folder = subprocess.run([sys.executable, "-m", "traceanalyze", "diff", "--format", "json",
+                                str(tmp_path / "own" / "balanced"), str(tmp_path / "own" / "compute_straggler")],
+                               capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert by_folder.returncode == 0, by_folder.stderr
+    by_summary = subprocess.run([sys.executable, "-m", "traceanalyze", "diff", "--format", "json",
+                                 str(tmp_path / "own" / "balanced" / "summary.json"),
+                                 str(tmp_path / "own" / "compute_straggler" / "summary.json")],
+                                capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert json.loads(by_folder.stdout) == json.loads(by_summary.stdout)
+    assert any((tmp_path / "own" / "balanced").rglob("manifest.json"))

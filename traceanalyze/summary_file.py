@@ -180,9 +180,19 @@ def shape_problem(summary: dict) -> str | None:
 
 
 def summary_from_source(source: Path, analyze) -> dict:
-    """`source` is a summary.json (read as it is) or a trace folder/file (`analyze(source)`)."""
+    """`source` is a summary.json (read as it is), an earlier run's output folder (its
+    summary.json) or a trace folder/file
+    (`analyze(source)`)."""
     if not source.exists():
         raise TraceanalyzeError("no such file or directory", str(source))
     if is_summary_file(source):
         return read_summary(source)
+    if source.is_dir() and is_output_folder(source):
+        return read_summary(source / "summary.json")
     return analyze(source)
+
+
+def is_output_folder(folder: Path) -> bool:
+    """An earlier run's output folder: its summary.json beside the report or the database."""
+    return is_summary_file(folder / "summary.json") and any(
+        (folder / name).is_file() for name in ("report.html", "trace.duckdb"))

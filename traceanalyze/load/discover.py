@@ -19,7 +19,7 @@ PROTOBUF_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")  # Perfetto protobuf 
 
 # Chrome / Kineto JSON, and Perfetto protobuf (pftrace.py), each plain or gzipped
 TRACE_SUFFIXES = tuple(s + gz for s in (".json", *PROTOBUF_SUFFIXES) for gz in ("", ".gz"))
-OUR_OUTPUTS = ("summary.json", "expected.json", "trace.perfetto-trace")  # written by us, not traces
+OUR_OUTPUTS = ("summary.json", "expected.json", "trace.perfetto-trace", "manifest.json")  # written by us (manifest.json: a rank shard's), not traces
 # rank-3, rank3, rank_3, worker3, worker0.1623143089861.pt.trace.json
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: <worker_name>.<time_ms>.pt.trace.json[.gz]

@@ -104,7 +104,7 @@ def _cost(finding: dict) -> str:
         parts.append(f"costs {cost['ms_per_step']:.1f} ms/step")
     if cost.get("pct_of_step") is not None:
         parts.append(f"{cost['pct_of_step']:.0f}% of step")
-    return f" (cost {', '.join(parts)})" if parts else ""
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 # ---- JUnit XML ---------------------------------------------------------------------------
