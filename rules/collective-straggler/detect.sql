@@ -51,13 +51,24 @@ last_at AS (   -- collective instances of the late rank's steps where it arrived
     FROM collective_arrivals AS a JOIN flagged AS f ON f.rank = a.rank AND f.step = a.step
     WHERE a.wait_for_last_ns = 0 AND a.ranks_seen >= 2
 ),
-group_waits AS (  -- per group of the late rank: its other members' median wait for it there
-    SELECT l.culprit, l.process_group, list(DISTINCT a.rank ORDER BY a.rank) AS waiting,
-           median(a.wait_for_last_ns) AS wait_ns
+wait_spans AS (   -- the other members' waits for the late rank at those instances, as time spans
+    SELECT l.culprit, l.process_group, a.rank, a.step, a.ts_ns, a.ts_ns + a.wait_for_last_ns AS end_ns
     FROM last_at AS l
     JOIN collective_arrivals AS a ON a.step = l.step AND a.process_group = l.process_group AND a.op = l.op
         AND a.op_index = l.op_index AND a.rank <> l.culprit AND a.wait_for_last_ns > 0
-    GROUP BY l.culprit, l.process_group
+),
+wait_covered AS (  -- per waiting rank and step: the union of its spans (collectives in flight together wait once)
+    SELECT culprit, process_group, rank, step,
+           sum(greatest(0, end_ns - greatest(ts_ns, coalesce(prev_end_ns, ts_ns)))) AS wait_ns
+    FROM (SELECT *, max(end_ns) OVER (PARTITION BY culprit, process_group, rank, step ORDER BY ts_ns, end_ns
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+          FROM wait_spans)
+    GROUP BY culprit, process_group, rank, step
+),
+group_waits AS (  -- per group of the late rank: its other members' mean wait for it there per late step
+    SELECT culprit, process_group, list(DISTINCT rank ORDER BY rank) AS waiting, avg(wait_ns) AS wait_ns
+    FROM wait_covered
+    GROUP BY culprit, process_group
 ),
 by_group AS (
     SELECT g.culprit AS rank,
