@@ -9,7 +9,7 @@
 -- One row per (process group, rank, step) with at least one collective instance of the group that two or more of its ranks reached.
 CREATE OR REPLACE TABLE group_lateness AS
 SELECT
-    g.dimension,                            -- the group's parallelism dimension (process_groups.dimension: data | fsdp | tensor | pipeline | expert | context | world), NULL when unknown
+    g.dimension,                            -- the group's parallelism dimension (process_groups.dimension: data, fsdp, tensor, pipeline, expert, context or world), NULL when unknown
     a.process_group,                        -- process group name
     g.pg_desc,                              -- the group's description from the trace ('mesh_tp', ...), NULL when unknown
     a.rank,                                 -- global rank
