@@ -47,6 +47,11 @@ def _group_order(layout: dict, dimension: str) -> list[dict]:
     return []
 
 
+def _short(text: str, limit: int) -> str:
+    """A label that fits its column (hover titles carry the whole text)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _group_label(dimension: str, group: dict) -> str:
     desc = f" ({group['desc']})" if group.get("desc") else ""
     return f"{ABBREV.get(dimension, dimension)} group {group['name']}{desc}"
@@ -107,7 +112,7 @@ def _heatmap(summary: dict, layout: dict, dim: str, rows: list[dict], steps: lis
         if g["name"] != previous:
             if previous is not None:
                 chart.shapes.append(Line(8, _r(y), WIDTH - 10, _r(y), "axis"))
-            chart.shapes.append(Text(8, _r(y + rh * 0.66), _group_label(dim, g), "lbl lbl-s"))
+            chart.shapes.append(Text(8, _r(y + rh * 0.66), _short(_group_label(dim, g), 30), "lbl lbl-s"))
             previous = g["name"]
         chart.shapes.append(Text(left - 8, _r(y + rh * 0.66), f"rank {rank}",
                                  "lbl lbl-hot" if rank in hot else "lbl", "end"))
