@@ -23,6 +23,7 @@ from traceanalyze.load import load_trace_dir
 from traceanalyze.output.html import write_html
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+PARALLEL = Path(__file__).resolve().parent.parent / "fixtures" / "parallel"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SCENARIO = "input_straggler"
@@ -147,3 +148,42 @@ def test_copy_button_reacts_without_errors(driver, summary, tmp_path):
     WebDriverWait(driver, 10).until(lambda d: d.execute_script("return arguments[0].textContent", button) != "Copy")
     assert driver.execute_script("return arguments[0].textContent", button) in ("Copied", "Select & copy")
     assert _errors(driver.get_log("browser")) == []
+
+
+@pytest.fixture(scope="module")
+def parallel_summary(tmp_path_factory) -> dict:
+    db = tmp_path_factory.mktemp("browser-3d") / "trace.duckdb"
+    load_trace_dir(PARALLEL / "pp2_dp2_tp2_3d", db)
+    return real_summary(db, "fixtures/parallel/pp2_dp2_tp2_3d")
+
+
+def test_process_groups_section_renders_a_heatmap_per_dimension_and_the_pipeline(driver, parallel_summary, tmp_path):
+    """The 3-D job (PP 2 x DP 2 x TP 2): the section's charts are drawn, sized, hoverable, error-free."""
+    log = _open(driver, parallel_summary, tmp_path)
+    assert _errors(log) == []
+    section = driver.find_element(By.ID, "groups")
+    assert section.is_displayed() and "PP 2 x DP 2 x TP 2" in section.text
+    assert driver.find_element(By.CSS_SELECTOR, 'nav.toc a[href="#groups"]').is_displayed()
+    ranks = len(parallel_summary["ranks"])
+    steps = len(parallel_summary["steps"]["aligned"])
+    for chart_id in ("chart-group-lateness-data", "chart-group-lateness-tensor", "chart-pipeline"):
+        svg = driver.find_element(By.ID, chart_id)
+        box = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.width, r.height];", svg)
+        assert box[0] > 600 and box[1] > 80, (chart_id, box)
+    for dim in ("data", "tensor"):   # a cell per rank and step, each with its numbers on hover
+        cells = driver.find_elements(By.CSS_SELECTOR, f"#chart-group-lateness-{dim} rect.cell")
+        titled = [c for c in cells if c.find_elements(By.TAG_NAME, "title")
+                  and "ms late" in c.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+                  and "· step " in c.find_element(By.TAG_NAME, "title").get_attribute("textContent")]
+        assert len(titled) == ranks * steps, dim
+    # the pipeline's lanes: one per rank, the waits coloured as pipeline_wait
+    lanes = driver.find_elements(By.CSS_SELECTOR, "#chart-pipeline rect.tl-step")
+    assert len(lanes) == ranks
+    waits = driver.find_elements(By.CSS_SELECTOR, "#chart-pipeline rect.ph-pipeline_wait")
+    assert waits and len({driver.execute_script("return getComputedStyle(arguments[0]).fill", w) for w in waits}) == 1
+    shot = ARTIFACTS / "report_pp2_dp2_tp2_3d_groups.png"
+    ARTIFACTS.mkdir(exist_ok=True)
+    _full_page_screenshot(driver, "report_pp2_dp2_tp2_3d.png")
+    section = driver.find_element(By.ID, "groups")
+    section.screenshot(str(shot))
+    assert shot.stat().st_size > 20_000

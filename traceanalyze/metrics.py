@@ -15,7 +15,7 @@ from traceanalyze.errors import TraceError
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
 REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
-                   "step_comm", "step_waits", "step_batches")
+                   "step_comm", "step_waits", "step_batches", "pipeline_stages", "group_lateness")
 
 _PHASE_SUMS = ", ".join(f"avg({p}_ns) / 1e6 AS {p}" for p in PHASES)
 

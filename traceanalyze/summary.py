@@ -7,7 +7,9 @@ Renderers read only this dict. Notes on the numbers:
   at collectives for the last rank to arrive (wait_ms_by_rank), so the rank that holds the
   job back is the worst rank even though every rank's ProfilerStep lasts equally long;
 - steps.lateness_ms is how late each rank reached its latest collective of the step,
-  step-relative, against the median rank (0 when early).
+  step-relative, against the median rank (0 when early);
+- groups (a job of two dimensions or more, or with a pipeline: parallel_view.py) is the lateness
+  per dimension and group, and one representative step of the pipeline per stage.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from traceanalyze.diagnose import Diagnosis
 from traceanalyze.efficiency import efficiency_summary
 from traceanalyze.judge import judgement
 from traceanalyze.layout import parallel_layout
+from traceanalyze.parallel_view import groups_view
 from traceanalyze.metrics import (
     PHASES,
     median,
@@ -106,12 +109,14 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
     finding_dicts = [f.to_dict() for f in diagnosis.findings]
     detail = set(detail_ranks(ranks, steps, finding_dicts))
     efficiency = efficiency_summary(con, detail, diagnosis.peak_tflops)
+    layout = parallel_layout(con, _world_size(con))
+    groups = groups_view(con, layout, detail)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
         "trace_dir": str(trace_dir),
         "world_size": _world_size(con),
-        "layout": parallel_layout(con, _world_size(con)),
+        "layout": layout,
         "ranks": ranks,
         "rank_distribution": rank_distribution(ranks, steps),
         "detail_ranks": sorted(detail),
@@ -122,4 +127,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
         "load_issues": _load_issues(con) + rule_issues,
         "judgement": judgement(diagnosis.window, list(diagnosis.abstained)),
         **({"efficiency": efficiency} if efficiency is not None else {}),
+        **({"groups": groups} if groups is not None else {}),
     }

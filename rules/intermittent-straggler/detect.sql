@@ -5,6 +5,9 @@
 -- other ranks' median (this catches work at the END of a step, which makes the others wait at
 -- the next step's first collective), or it reaches a collective late, step-relative, of its
 -- own making (step_lateness.own_late_ns: not because it waited in another group's collective). The cause of each step is the phase group where its extra time outside communication lies.
+-- In a pipeline a rank is compared only with the ranks of its own stage (pipeline_stages): the
+-- stages run different layers, so a stage that is longer, or varies more, is no straggler
+-- (pipeline-stage-imbalance and pipeline-bubble judge the stages against each other).
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
@@ -15,10 +18,19 @@ non_comm AS (
            p.other_ns AS host_ns
     FROM step_phases AS p JOIN step_waits AS w USING (rank, step) JOIN aligned_steps USING (step)
 ),
-others AS (   -- the other ranks' median, per rank and step
+peers AS (    -- the ranks a rank is compared with: those of its pipeline stage (stages do different work:
+              -- the last computes the loss), every other rank when the job has no pipeline
+    SELECT a.rank, b.rank AS peer
+    FROM ranks AS a JOIN ranks AS b ON b.rank <> a.rank
+    LEFT JOIN pipeline_stages AS sa ON sa.rank = a.rank
+    LEFT JOIN pipeline_stages AS sb ON sb.rank = b.rank
+    WHERE sa.stage IS NOT DISTINCT FROM sb.stage
+),
+others AS (   -- the peers' median, per rank and step (a rank alone in its stage has none: it is not compared)
     SELECT a.rank, a.step, median(b.non_comm_ns) AS non_comm_ns, median(b.input_ns) AS input_ns,
            median(b.compute_ns) AS compute_ns, median(b.host_ns) AS host_ns
-    FROM non_comm AS a JOIN non_comm AS b ON b.step = a.step AND b.rank <> a.rank
+    FROM non_comm AS a JOIN peers AS q ON q.rank = a.rank
+    JOIN non_comm AS b ON b.step = a.step AND b.rank = q.peer
     GROUP BY a.rank, a.step
 ),
 idle AS (     -- per rank and step: the most extra idle time inside one annotation (region_excess)

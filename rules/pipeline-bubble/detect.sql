@@ -1,7 +1,6 @@
 -- One row when the ranks of the pipeline stages spend a large share of their steps blocked in send / recv (the pipeline bubble).
 WITH stages AS (   -- every rank of a pipeline group and its stage: its position in the group
-    SELECT unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage, size AS stages
-    FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
+    SELECT rank, stage, stages FROM pipeline_stages
 ),
 per_rank AS (
     SELECT p.rank, any_value(s.stage) AS stage, any_value(s.stages) AS stages,

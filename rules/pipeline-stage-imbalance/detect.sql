@@ -1,7 +1,6 @@
 -- One row when one pipeline stage computes much longer per step than the fastest stage: its ranks hold the pipeline back.
 WITH stages AS (   -- every rank of a pipeline group and its stage: its position in the group
-    SELECT unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
-    FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
+    SELECT rank, stage FROM pipeline_stages
 ),
 per_rank AS (
     SELECT p.rank, any_value(s.stage) AS stage,

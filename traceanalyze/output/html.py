@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from traceanalyze.output import charts as chartlib
 from traceanalyze.output.evidence import EvidenceItem, evidence_items
+from traceanalyze.output.group_charts import group_charts
 from traceanalyze.output.presentation import is_gpu_trace, ordered_findings, rank_skew_pct
 from traceanalyze.output.templating import render
 from traceanalyze.output.units import (
@@ -130,6 +131,40 @@ def _efficiency_view(summary: dict) -> EfficiencyView | None:
 
 
 @dataclass(frozen=True)
+class DimensionRow:
+    """One parallelism dimension of the layout."""
+
+    abbrev: str = field(metadata={"help": "'PP', 'DP', 'TP', ..."})
+    name: str = field(metadata={"help": "'pipeline', 'data', 'tensor', ..."})
+    size: int = field(metadata={"help": "ranks per group of the dimension"})
+    source: str = field(metadata={"help": "what told the dimension: 'description' (pg_desc) or 'operations'"})
+    groups: list[str] = field(metadata={"help": "its groups, 'name (desc): ranks', by lowest rank"})
+
+
+@dataclass(frozen=True)
+class GroupsView:
+    """The "Process groups" section (docs/parallelism.md): the layout, lateness per dimension, the pipeline step."""
+
+    layout: str = field(metadata={"help": "the layout in one line, e.g. '8 ranks = PP 2 x DP 2 x TP 2'"})
+    dimensions: list[DimensionRow] = field(metadata={"help": "the layout's dimensions, outermost first"})
+    charts: list[chartlib.Chart] = field(metadata={
+        "help": "a lateness heatmap per dimension (two or more), then the pipeline's representative step"})
+
+
+def _groups_view(summary: dict) -> GroupsView | None:
+    """Shown for a job of two dimensions or more, or with a pipeline dimension."""
+    layout = summary.get("layout")
+    charts = group_charts(summary)
+    if not layout or not charts:
+        return None
+    dims = [DimensionRow(d["abbrev"], d["name"], d["size"], d["source"],
+                         [f"{g['name']}{' (' + g['desc'] + ')' if g.get('desc') else ''}: {fmt_ranks(g['ranks'])}"
+                          for g in sorted(d["groups"], key=lambda g: (min(g["ranks"]) if g["ranks"] else -1, g["name"]))])
+            for d in layout["dimensions"]]
+    return GroupsView(layout["text"], dims, charts)
+
+
+@dataclass(frozen=True)
 class ReportContext:
     """Everything report.html shows; the templates see nothing else."""
 
@@ -153,6 +188,8 @@ class ReportContext:
     script_hash: str = field(metadata={"help": "CSP 'sha256-...' of `js`: only the report's own script may run"})
     efficiency: EfficiencyView | None = field(default=None, metadata={
         "help": "MFU per rank and step, ops losing most time to their roofline, bus bandwidth per size, critical path (None when nothing to show)"})
+    groups: GroupsView | None = field(default=None, metadata={
+        "help": "the process groups section: layout, lateness heatmap per dimension, pipeline step (None for a job of one dimension without a pipeline)"})
     ranks_note: str = field(default="", metadata={
         "help": "for a big job: which ranks the table shows, and the distribution over all ranks"})
 
@@ -321,7 +358,7 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
             f'traceanalyze sql {shlex.quote(db_path)} "SELECT rank, step, op, seq, dur_ns / 1e6 AS ms FROM collectives ORDER BY seq, rank"',
         ],
         css=_asset("report.css"), js=js, script_hash=_csp_hash(js), ranks_note=_ranks_note(summary),
-        efficiency=_efficiency_view(summary),
+        efficiency=_efficiency_view(summary), groups=_groups_view(summary),
     )
 
 
@@ -339,5 +376,5 @@ def write_html(summary: dict, out_path: Path, db_path: str) -> Path:
 
 def undocumented_fields() -> list[str]:
     """Context fields without help text (a contract test keeps this empty)."""
-    return [f"{cls.__name__}.{f.name}" for cls in (ReportContext, FindingView, EvidenceItem)
+    return [f"{cls.__name__}.{f.name}" for cls in (ReportContext, FindingView, EvidenceItem, GroupsView, DimensionRow)
             for f in fields(cls) if not f.metadata.get("help")]

@@ -91,3 +91,18 @@ SELECT
     group_source                            -- how its collectives got the group: trace | pg_config | inferred | unknown (the alphabetically first when they differ), NULL when it ran none
 FROM described
 ORDER BY size DESC, process_group;
+
+-- One row per rank of a pipeline group: the pipeline stage it runs (its position in the group). Empty when the job has no pipeline dimension.
+CREATE OR REPLACE TABLE pipeline_stages AS
+WITH members AS (
+    SELECT process_group, size, unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
+    FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
+)
+SELECT
+    rank,                                   -- global rank
+    min(stage) AS stage,                    -- pipeline stage: the rank's 0-based position in its pipeline group (stage 0 takes the input; the lowest when a rank is in several pipeline groups)
+    max(size) AS stages,                    -- number of stages (the pipeline group's size)
+    arg_min(process_group, stage) AS process_group  -- the pipeline group it is a stage of
+FROM members
+GROUP BY rank
+ORDER BY rank;
