@@ -71,11 +71,11 @@ def help_markdown() -> str:
     """`traceanalyze --help` and every command's --help, as the terminal shows them (100 columns)."""
     from click.testing import CliRunner
 
-    from traceanalyze.cli import cli
+    from traceanalyze.cli import all_commands, cli
 
     runner = CliRunner()
     blocks = []
-    for args in [[], *([name] for name in sorted(cli.commands))]:
+    for args in [[], *([name] for name in sorted(all_commands()))]:
         result = runner.invoke(cli, [*args, "--help"], prog_name="traceanalyze", terminal_width=100)
         blocks.append(f"```\n$ traceanalyze {' '.join(args + ['--help'])}\n{result.output.rstrip()}\n```")
     return "\n\n".join(blocks) + "\n"

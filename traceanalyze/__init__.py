@@ -8,19 +8,36 @@ This module is the top of the import layers: no module of the package imports it
 reads the version from `traceanalyze.version`; see ARCHITECTURE.md, "Import layers").
 """
 
+import importlib
 import sys
 import types
+from typing import TYPE_CHECKING
 
-from traceanalyze.api import Analysis, analyze, diff, scaling
 from traceanalyze.errors import TraceanalyzeError, TraceConfigError, TraceError, TraceFormatError
-from traceanalyze.findings import Cost, Finding
-from traceanalyze.summary_model import Summary
 from traceanalyze.version import __version__
+
+if TYPE_CHECKING:
+    from traceanalyze.api import Analysis, analyze, diff, scaling
+    from traceanalyze.findings import Cost, Finding
+    from traceanalyze.summary_model import Summary
+
+# imported on first use: a command such as `traceanalyze load` needs none of the analysis
+_LAZY = {"Analysis": "traceanalyze.api", "analyze": "traceanalyze.api", "diff": "traceanalyze.api",
+         "scaling": "traceanalyze.api", "Cost": "traceanalyze.findings", "Finding": "traceanalyze.findings",
+         "Summary": "traceanalyze.summary_model"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # (past _Package.__setattr__, which keeps submodules out)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["Analysis", "Cost", "Finding", "Summary", "TraceConfigError", "TraceError",
            "TraceFormatError", "TraceanalyzeError", "__version__", "analyze", "diff", "scaling"]
 
-_API_NAMES = {"diff": diff, "scaling": scaling}
+_API_NAMES = ("diff", "scaling")
 
 
 class _Package(types.ModuleType):

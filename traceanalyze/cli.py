@@ -32,9 +32,19 @@ class TraceanalyzeGroup(click.Group):
     default_command = "analyze"
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        if args and args[0] not in COMMAND_MODULES and not args[0].startswith("-"):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+    # a command's module is imported when the command runs (or --help lists them all): a re-run
+    # of `traceanalyze load` then imports none of the analysis, report or rule modules
+    def list_commands(self, ctx):
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in COMMAND_MODULES:
+            self.add_command(importlib.import_module(f"traceanalyze.commands.{name}").command)
+        return self.commands.get(name)
 
     def invoke(self, ctx):
         try:
@@ -55,8 +65,11 @@ def cli():
     """
 
 
-for _name in COMMAND_MODULES:
-    cli.add_command(importlib.import_module(f"traceanalyze.commands.{_name}").command)
+def all_commands() -> dict[str, click.Command]:
+    """Every command by name, their modules imported (the docs list them all)."""
+    for name in COMMAND_MODULES:
+        cli.get_command(None, name)
+    return dict(cli.commands)
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ from traceanalyze.commands._scale import executor_options, load_options
 from traceanalyze.load import load_trace_dir, read_load_issues
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.output.escape import shell_arg, terminal
-from traceanalyze.pipeline import default_out_dir
 from traceanalyze.progress import cli_progress, progress_reporter
 
 LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
@@ -27,7 +26,10 @@ LOAD_ISSUES_SHOWN = 20  # per severity, on stderr
 @executor_options
 def command(trace_dir: str, db_path: Path | None, ranks: str, force: bool, quiet: bool, **scale) -> None:
     """Load per-rank traces into a DuckDB trace database."""
-    db_path = db_path or default_out_dir(trace_dir) / "trace.duckdb"
+    if db_path is None:
+        from traceanalyze.pipeline import default_out_dir  # (it imports the analysis: only when needed)
+
+        db_path = default_out_dir(trace_dir) / "trace.duckdb"
     say, done = progress_reporter(cli_progress(quiet))
     try:
         result = load_trace_dir(trace_dir, db_path, parse_rank_selection(ranks), reuse=not force,

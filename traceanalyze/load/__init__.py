@@ -72,13 +72,9 @@ def _fingerprint(discovery: Discovery, ranks: set[int] | None, shards_root: str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _stored_fingerprint(db_path: Path) -> str | None:
-    try:
-        with duckdb.connect(str(db_path), read_only=True) as con:
-            row = con.execute("SELECT value FROM load_meta WHERE key = 'fingerprint'").fetchone()
-            return row[0] if row else None
-    except duckdb.Error:
-        return None
+def _stored_fingerprint(con) -> str | None:
+    row = con.execute("SELECT value FROM load_meta WHERE key = 'fingerprint'").fetchone()
+    return row[0] if row else None
 
 
 def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | None]]:
@@ -89,14 +85,21 @@ def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | No
             " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
 
 
-def _reused_result(db_path: Path) -> LoadResult | None:
-    """The database as it is, or None when it is of views over shards that are no longer intact."""
-    with tracedb.connect(db_path, read_only=True) as con:
-        ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
-        meta = dict(con.execute("SELECT key, value FROM load_meta WHERE key IN ('storage', 'shards')").fetchall())
-        if meta.get("storage") == "views" and not _views_intact(meta.get("shards") or "", ranks):
-            return None
-        (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
+    """The database as it is when it was built from the same files (`fingerprint`), or None when
+    it was not, or is of views over shards that are no longer intact, or cannot be read."""
+    try:
+        with tracedb.connect(db_path, read_only=True) as con:  # (one connection: opening one costs)
+            if _stored_fingerprint(con) != fingerprint:
+                return None
+            ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+            meta = dict(con.execute(
+                "SELECT key, value FROM load_meta WHERE key IN ('storage', 'shards')").fetchall())
+            if meta.get("storage") == "views" and not _views_intact(meta.get("shards") or "", ranks):
+                return None
+            (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+    except duckdb.Error:  # damaged, not ours, or its shards are gone: build it again
+        return None
     return LoadResult(db_path, ranks, True, events, 0)
 
 
@@ -130,11 +133,8 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     discovery = _discover(target, ranks)
     shards_root = shards or default_shards(db_path)
     fingerprint = _fingerprint(discovery, ranks, shards_root)
-    if reuse and db_path.exists() and _stored_fingerprint(db_path) == fingerprint:
-        try:
-            reused = _reused_result(db_path)
-        except duckdb.Error:  # damaged, or its shards are gone: build it again
-            reused = None
+    if reuse and db_path.exists():
+        reused = _reused_result(db_path, fingerprint)
         if reused is not None:
             say(f"reusing {db_path} (traces unchanged)")
             return reused

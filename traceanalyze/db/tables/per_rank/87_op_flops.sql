@@ -19,11 +19,21 @@ numbered AS (
     SELECT *, row_number() OVER (ORDER BY rank, ts_ns, end_ns DESC, tid, pid, external_id, name) AS op_id
     FROM formula_ops
 ),
+thread_ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM numbered
+),
+islands AS (  -- the run of overlapping (or touching) formula ops of its thread an op belongs to: an op inside another is in its run
+    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns) AS island
+    FROM thread_ordered
+),
 nested AS (  -- formula ops inside another formula op of the same thread (the outer one counts them)
     SELECT DISTINCT i.op_id
-    FROM numbered AS i JOIN numbered AS o
-      ON o.rank = i.rank AND o.pid = i.pid AND o.tid = i.tid AND o.ts_ns <= i.ts_ns AND o.end_ns >= i.end_ns
-         AND o.op_id < i.op_id
+    FROM islands AS i JOIN islands AS o
+      ON o.rank = i.rank AND o.pid = i.pid AND o.tid = i.tid AND o.island = i.island
+         AND o.ts_ns <= i.ts_ns AND o.end_ns >= i.end_ns AND o.op_id < i.op_id
 ),
 outer_ops AS (
     SELECT n.*, dims_at(n.input_dims, 0) AS d0, dims_at(n.input_dims, 1) AS d1,
@@ -39,10 +49,30 @@ launches AS (  -- compute kernels with the host thread and time of the runtime c
       ON r.rank = k.rank AND r.correlation = k.correlation
     WHERE k.kind = 'compute'
 ),
+outer_ordered AS (
+    SELECT op_id, rank, tid, ts_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY rank, tid ORDER BY ts_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM outer_ops
+),
+outer_islands AS (  -- outer ops of a host thread in runs of overlapping (or touching) ones
+    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, tid ORDER BY ts_ns, end_ns) AS island
+    FROM outer_ordered
+),
+island_spans AS (
+    SELECT rank, tid, island, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM outer_islands GROUP BY ALL
+),
+launch_islands AS (  -- the run whose span holds the launch: the only one whose ops can hold it
+    SELECT l.*, i.island
+    FROM launches AS l ASOF JOIN island_spans AS i ON i.rank = l.rank AND i.tid = l.tid AND l.launch_ts_ns >= i.ts_ns
+    WHERE l.launch_ts_ns <= i.end_ns
+),
 owned AS (
     SELECT o.op_id, l.kernel_id, l.dur_ns
-    FROM outer_ops AS o JOIN launches AS l
-      ON l.rank = o.rank AND l.tid = o.tid AND l.launch_ts_ns >= o.ts_ns AND l.launch_ts_ns <= o.end_ns
+    FROM outer_islands AS o JOIN launch_islands AS l
+      ON l.rank = o.rank AND l.tid = o.tid AND l.island = o.island
+         AND l.launch_ts_ns >= o.ts_ns AND l.launch_ts_ns <= o.end_ns
 ),
 owned_by_op AS (
     SELECT op_id, sum(dur_ns) AS kernel_ns, count(*) AS kernel_count FROM owned GROUP BY op_id

@@ -20,10 +20,24 @@ WITH ev AS (
            NOT (c.name LIKE 'c10d::%' OR c.name = 'record_param_comms' OR c.name LIKE 'gloo:%' OR c.name LIKE 'nccl:%')
     FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
     WHERE c.step IS NOT NULL
+),
+numbered AS (
+    SELECT row_number() OVER (ORDER BY rank, kind, ts_ns, end_ns DESC, name) AS eid, * FROM ev
+),
+ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, kind ORDER BY ts_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM numbered
 )
-SELECT row_number() OVER (ORDER BY rank, kind, ts_ns, end_ns DESC, name) AS eid, * FROM ev;
+-- island: the run of overlapping (or touching) regions of one kind it belongs to; a region
+-- nested in another is always in its island, so the nesting join below looks only there
+SELECT eid, rank, step, kind, name, ts_ns, end_ns, dur_ns, candidate,
+       sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
+           OVER (PARTITION BY rank, kind ORDER BY ts_ns, end_ns) AS island
+FROM ordered;
 
--- what keeps the thread (or the rank's devices) busy, merged into disjoint intervals
+-- what keeps the thread (or the rank's devices) busy, merged into disjoint intervals, each with
+-- the busy time before it (before_ns): busy time up to t is then one lookup
 CREATE OR REPLACE TEMP TABLE _region_busy AS
 WITH work AS (
     SELECT c.rank, c.ts_ns, c.end_ns FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
@@ -44,14 +58,18 @@ islands AS (
                   OVER (PARTITION BY rank ORDER BY ts_ns, end_ns) AS run
     FROM ordered
 )
-SELECT rank, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM islands GROUP BY rank, run;
+SELECT rank, ts_ns, end_ns,
+       coalesce(sum(end_ns - ts_ns) OVER (PARTITION BY rank ORDER BY ts_ns
+                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ns
+FROM (SELECT rank, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM islands GROUP BY rank, run);
 
 -- Per (rank, step, region): the rank's time inside each record_function range and host op of its training-loop thread, its own part and its idle part.
 CREATE OR REPLACE TABLE step_regions AS
 WITH nested AS (   -- regions of the same kind inside a candidate region (an identical span nests in the earlier row)
     SELECT p.eid, c.ts_ns, c.end_ns
     FROM _region_events AS p JOIN _region_events AS c
-        ON c.rank = p.rank AND c.kind = p.kind AND c.ts_ns >= p.ts_ns AND c.end_ns <= p.end_ns AND c.eid <> p.eid
+        ON c.rank = p.rank AND c.kind = p.kind AND c.island = p.island
+           AND c.ts_ns >= p.ts_ns AND c.end_ns <= p.end_ns AND c.eid <> p.eid
     WHERE p.candidate AND (c.ts_ns > p.ts_ns OR c.end_ns < p.end_ns OR c.eid > p.eid)
 ),
 nested_ordered AS (
@@ -68,12 +86,14 @@ nested_union AS (  -- the union of the nested regions, per region instance
         GROUP BY eid, run)
     GROUP BY eid
 ),
-busy AS (          -- busy time inside each annotation instance (an op is busy for its whole span)
-    SELECT e.eid, sum(least(b.end_ns, e.end_ns) - greatest(b.ts_ns, e.ts_ns)) AS ns
-    FROM _region_events AS e JOIN _region_busy AS b
-        ON b.rank = e.rank AND b.ts_ns < e.end_ns AND b.end_ns > e.ts_ns
+busy_to_start AS (  -- busy time before each annotation instance starts
+    SELECT e.eid, e.rank, e.end_ns, coalesce(b.before_ns + least(e.ts_ns, b.end_ns) - b.ts_ns, 0) AS start_ns
+    FROM _region_events AS e ASOF LEFT JOIN _region_busy AS b ON b.rank = e.rank AND e.ts_ns >= b.ts_ns
     WHERE e.candidate AND e.kind = 'annotation'
-    GROUP BY e.eid
+),
+busy AS (          -- busy time inside each annotation instance (an op is busy for its whole span)
+    SELECT e.eid, coalesce(b.before_ns + least(e.end_ns, b.end_ns) - b.ts_ns, 0) - e.start_ns AS ns
+    FROM busy_to_start AS e ASOF LEFT JOIN _region_busy AS b ON b.rank = e.rank AND e.end_ns >= b.ts_ns
 )
 SELECT
     e.rank,                                 -- global rank
