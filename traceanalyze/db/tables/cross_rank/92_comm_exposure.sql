@@ -1,0 +1,114 @@
+-- Exposed communication per collective (which group, which dimension, which pass), and what
+-- each all_to_all sends to and receives from every rank of its group.
+
+-- One row per all_to_all collective per rank: bytes sent and received, per rank of the group where the split sizes are recorded.
+CREATE OR REPLACE TABLE all_to_all_volumes AS
+WITH a2a AS (
+    SELECT c.rank, c.step, c.process_group, c.seq, c.group_ranks, c.ts_ns, c.dur_ns, c.bytes, c.call_tid, c.call_end_ns
+    FROM collectives AS c
+    WHERE c.op = 'all_to_all'
+),
+matched AS (      -- the host call that issued it: the call on the issuing thread whose span holds the issue's end
+    SELECT a.*, k.send_bytes, k.recv_bytes, k.send_splits, k.recv_splits,
+           row_number() OVER (PARTITION BY a.rank, a.process_group, a.seq
+                              ORDER BY (k.send_splits IS NOT NULL) DESC, (k.send_bytes IS NOT NULL) DESC, k.name, k.ts_ns) AS pick
+    FROM a2a AS a
+    LEFT JOIN all_to_all_calls AS k
+        ON k.rank = a.rank AND k.tid = a.call_tid AND a.call_end_ns BETWEEN k.ts_ns AND k.end_ns
+),
+chosen AS (
+    SELECT *, coalesce(send_bytes, bytes) AS send_total,
+           CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(send_splits) THEN send_splits END AS s_splits,
+           CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(recv_splits) THEN recv_splits END AS r_splits
+    FROM matched WHERE pick = 1
+)
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- ProfilerStep N
+    process_group,                          -- process group name (collectives.process_group)
+    seq,                                    -- the collective's order in its group on this rank (collectives.seq): the same seq on every rank is the same all_to_all
+    group_ranks,                            -- global ranks of the group in group-rank order (the order of the split lists), NULL when unknown
+    send_total AS send_bytes,               -- bytes this rank sends (its input), NULL when unknown
+    recv_bytes,                             -- bytes this rank receives (its output), NULL when unknown (gloo's annotation records only the input)
+    CASE WHEN s_splits IS NOT NULL AND list_sum(s_splits) > 0 AND send_total IS NOT NULL
+         THEN list_transform(s_splits, lambda x: (x * send_total // list_sum(s_splits))::BIGINT) END AS send_split_bytes,  -- bytes sent to each rank of the group (group-rank order; the rank's own slice stays local), NULL without split sizes
+    CASE WHEN r_splits IS NOT NULL AND list_sum(r_splits) > 0 AND recv_bytes IS NOT NULL
+         THEN list_transform(r_splits, lambda x: (x * recv_bytes // list_sum(r_splits))::BIGINT) END AS recv_split_bytes,  -- bytes received from each rank of the group, NULL without split sizes
+    CASE WHEN s_splits IS NOT NULL OR r_splits IS NOT NULL THEN 'split_sizes'
+         WHEN send_total IS NOT NULL OR recv_bytes IS NOT NULL THEN 'totals'
+         ELSE 'unknown' END AS volume_source, -- split_sizes (Concrete Inputs / In-Out split size: per rank of the group) | totals (only what the rank sends and receives: even splits, or split sizes not recorded) | unknown
+    dur_ns                                  -- time inside the all_to_all on this rank (transfer + waiting), ns
+FROM chosen
+ORDER BY rank, process_group, seq;
+
+-- One row per collective per rank: the time the rank was held up by it (exposed: not hidden behind compute), split into waiting for the last rank and the communication itself.
+CREATE OR REPLACE TABLE collective_exposure AS
+WITH coll AS (
+    SELECT c.rank, c.step, c.process_group, c.op, c.seq, c.bytes, c.source, c.ts_ns, c.end_ns,
+           coalesce(c.trace_seq, row_number() OVER (PARTITION BY c.rank, c.step, c.process_group, c.op
+                                                    ORDER BY c.ts_ns, c.end_ns) - 1) AS op_index
+    FROM collectives AS c
+    WHERE c.kind = 'collective' AND c.step IS NOT NULL
+),
+exposed AS (      -- the training loop blocked in or waiting for a collective (phase comm_exposed)
+    SELECT rank, step, ts_ns, end_ns FROM phase_intervals WHERE phase = 'comm_exposed'
+),
+cuts AS (         -- each exposed interval cut where a collective ends inside it
+    SELECT e.rank, e.step, e.ts_ns AS iv_ns, e.ts_ns AS t FROM exposed AS e
+    UNION SELECT e.rank, e.step, e.ts_ns, e.end_ns FROM exposed AS e
+    UNION SELECT e.rank, e.step, e.ts_ns, c.end_ns
+    FROM exposed AS e JOIN coll AS c ON c.rank = e.rank AND c.step = e.step AND c.end_ns > e.ts_ns AND c.end_ns < e.end_ns
+),
+segments AS (
+    SELECT rank, step, t AS ts_ns, lead(t) OVER (PARTITION BY rank, step, iv_ns ORDER BY t) AS end_ns FROM cuts
+),
+owned AS (        -- a piece belongs to the first collective of the step to end at or after it: the one in flight, or the one the call the loop is in queues
+    SELECT s.rank, s.step, s.end_ns - s.ts_ns AS dur_ns,
+           first(c.process_group ORDER BY c.end_ns, c.ts_ns, c.process_group, c.seq) AS process_group,
+           first(c.seq ORDER BY c.end_ns, c.ts_ns, c.process_group, c.seq) AS seq
+    FROM segments AS s JOIN coll AS c ON c.rank = s.rank AND c.step = s.step AND c.end_ns >= s.end_ns
+    WHERE s.end_ns > s.ts_ns
+    GROUP BY s.rank, s.step, s.ts_ns, s.end_ns
+),
+host AS (
+    SELECT rank, process_group, seq, sum(dur_ns) AS host_ns FROM owned GROUP BY rank, process_group, seq
+),
+gpu AS (          -- an NCCL kernel's time with no compute kernel of the rank running
+    SELECT c.rank, c.process_group, c.seq,
+           (c.end_ns - c.ts_ns) - coalesce(sum(least(c.end_ns, b.end_ns) - greatest(c.ts_ns, b.ts_ns)), 0) AS gpu_ns
+    FROM coll AS c
+    LEFT JOIN gpu_busy_intervals AS b
+        ON b.rank = c.rank AND b.step = c.step AND b.class = 'compute' AND b.end_ns > c.ts_ns AND b.ts_ns < c.end_ns
+    WHERE c.source = 'nccl_kernel'
+    GROUP BY c.rank, c.process_group, c.seq, c.ts_ns, c.end_ns
+),
+backward AS (     -- where backward runs on the training loop: collectives issued before it serve forward
+    SELECT rank, step, min(ts_ns) AS first_ns, max(end_ns) AS last_ns FROM phase_intervals WHERE phase = 'backward' GROUP BY rank, step
+),
+joined AS (
+    SELECT c.*, greatest(coalesce(h.host_ns, 0), coalesce(g.gpu_ns, 0)) AS exposed_ns,
+           greatest(coalesce(a.wait_for_last_ns, 0), 0) AS wait_ns,
+           CASE WHEN bw.first_ns IS NULL OR c.ts_ns < bw.first_ns THEN 'forward'
+                WHEN c.ts_ns <= bw.last_ns THEN 'backward' ELSE 'after_backward' END AS pass,
+           pg.dimension
+    FROM coll AS c
+    LEFT JOIN host AS h USING (rank, process_group, seq)
+    LEFT JOIN gpu AS g USING (rank, process_group, seq)
+    LEFT JOIN collective_arrivals AS a USING (rank, step, process_group, op, op_index)
+    LEFT JOIN backward AS bw USING (rank, step)
+    LEFT JOIN process_groups AS pg USING (process_group)
+)
+SELECT
+    rank,                                   -- global rank
+    step,                                   -- ProfilerStep N
+    process_group,                          -- process group name
+    coalesce(dimension, 'unknown') AS dimension,  -- the group's parallelism dimension (process_groups.dimension): data | fsdp | tensor | pipeline | expert | context | world | unknown
+    op,                                     -- all_reduce, all_gather, reduce_scatter, all_to_all, ...
+    seq,                                    -- the collective's order in its group on this rank (collectives.seq)
+    pass,                                   -- forward (issued before the step's first backward op on the training loop, or no backward), backward (issued during backward), after_backward (optimizer, metrics)
+    bytes,                                  -- payload bytes of the rank's input (collectives.bytes), NULL when unknown
+    exposed_ns,                             -- time the rank was held up by it, ns: the training loop's comm_exposed time that ends with it (host), or its NCCL kernel time with no compute kernel running (GPU), whichever is larger
+    least(exposed_ns, wait_ns) AS wait_exposed_ns,  -- the part spent waiting for the last rank to arrive (collective_arrivals.wait_for_last_ns), ns: a straggler's cost, not communication
+    exposed_ns - least(exposed_ns, wait_ns) AS comm_exposed_ns  -- the communication itself that compute did not hide, ns (exposed minus waiting for the last rank)
+FROM joined
+ORDER BY rank, step, process_group, seq;
