@@ -16,18 +16,29 @@ matched AS (      -- the host call that issued it: the call on the issuing threa
     LEFT JOIN all_to_all_calls AS k
         ON k.rank = a.rank AND k.tid = a.call_tid AND a.call_end_ns BETWEEN k.ts_ns AND k.end_ns
 ),
+world AS (
+    SELECT coalesce(max(world_size), count(*))::INTEGER AS n FROM ranks
+),
+grouped AS (      -- the default group without a rank list (no pg_config) is the world, in rank order
+    SELECT m.rank, m.step, m.process_group, m.seq, m.dur_ns, m.bytes, m.send_bytes, m.recv_bytes, m.send_splits, m.recv_splits,
+           coalesce(m.group_ranks,
+               CASE WHEN m.process_group IN ('0', 'default') AND len(coalesce(m.send_splits, m.recv_splits)) = w.n
+                    THEN range(w.n)::INTEGER[] END) AS group_ranks
+    FROM matched AS m CROSS JOIN world AS w
+    WHERE m.pick = 1
+),
 chosen AS (
     SELECT *, coalesce(send_bytes, bytes) AS send_total,
            CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(send_splits) THEN send_splits END AS s_splits,
            CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(recv_splits) THEN recv_splits END AS r_splits
-    FROM matched WHERE pick = 1
+    FROM grouped
 )
 SELECT
     rank,                                   -- global rank
     step,                                   -- ProfilerStep N
     process_group,                          -- process group name (collectives.process_group)
     seq,                                    -- the collective's order in its group on this rank (collectives.seq): the same seq on every rank is the same all_to_all
-    group_ranks,                            -- global ranks of the group in group-rank order (the order of the split lists), NULL when unknown
+    group_ranks,                            -- global ranks of the group in group-rank order (the order of the split lists; the world for the default group without a pg_config), NULL when unknown
     send_total AS send_bytes,               -- bytes this rank sends (its input), NULL when unknown
     recv_bytes,                             -- bytes this rank receives (its output), NULL when unknown (gloo's annotation records only the input)
     CASE WHEN s_splits IS NOT NULL AND list_sum(s_splits) > 0 AND send_total IS NOT NULL
