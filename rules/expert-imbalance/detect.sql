@@ -1,6 +1,6 @@
 -- One row per process group where one rank's all_to_all volume is far above the group's mean on most steps: uneven expert routing (MoE).
 WITH loads AS (    -- what each rank receives and sends in each all_to_all
-    SELECT v.rank, v.step, v.process_group, v.seq, v.group_ranks, v.send_split_bytes, v.recv_bytes, v.send_bytes,
+    SELECT v.rank, v.step, v.process_group, v.call_index AS seq, v.group_ranks, v.send_split_bytes, v.recv_bytes, v.send_bytes,
            greatest(coalesce(v.recv_bytes, 0), coalesce(v.send_bytes, 0)) AS load_bytes
     FROM all_to_all_volumes AS v
     WHERE v.step IN (SELECT step FROM aligned_steps) AND (v.recv_bytes IS NOT NULL OR v.send_bytes IS NOT NULL)
@@ -9,10 +9,12 @@ sides AS (         -- each all_to_all (the same seq on every rank of its group),
     SELECT step, process_group, seq, count(*) AS ranks_n, true AS receives,
            avg(recv_bytes) AS mean_bytes, max(recv_bytes) AS max_bytes, first(rank ORDER BY recv_bytes DESC, rank) AS hot_rank
     FROM loads WHERE recv_bytes IS NOT NULL GROUP BY step, process_group, seq
+    HAVING count(*) = count(send_bytes) AND sum(recv_bytes) = sum(send_bytes)
     UNION ALL
     SELECT step, process_group, seq, count(*), false,
            avg(send_bytes), max(send_bytes), first(rank ORDER BY send_bytes DESC, rank)
     FROM loads WHERE send_bytes IS NOT NULL GROUP BY step, process_group, seq
+    HAVING count(recv_bytes) = 0 OR (count(*) = count(recv_bytes) AND sum(recv_bytes) = sum(send_bytes))
 ),
 instances AS (     -- the more uneven side of each all_to_all (receiving first on a tie)
     SELECT step, process_group, seq, ranks_n, mean_bytes, max_bytes, hot_rank, receives AS hot_receives,

@@ -1,56 +1,90 @@
 -- Exposed communication per collective (which group, which dimension, which pass), and what
 -- each all_to_all sends to and receives from every rank of its group.
 
--- One row per all_to_all collective per rank: bytes sent and received, per rank of the group where the split sizes are recorded.
+-- One row per all_to_all per rank: bytes sent and received, per rank of the group where the split sizes are recorded.
 CREATE OR REPLACE TABLE all_to_all_volumes AS
-WITH a2a AS (
-    SELECT c.rank, c.step, c.process_group, c.seq, c.group_ranks, c.ts_ns, c.dur_ns, c.bytes, c.call_tid, c.call_end_ns
+WITH calls AS (
+    SELECT *, row_number() OVER (PARTITION BY rank ORDER BY ts_ns, end_ns DESC, name) AS call_id FROM all_to_all_calls
+),
+inner_of AS (     -- a call inside another all_to_all call of its thread (NCCL's record_param_comms inside c10d::alltoall_base_): the outermost is the call
+    SELECT i.rank, i.call_id, min(o.call_id) AS outer_id
+    FROM calls AS i JOIN calls AS o
+        ON o.rank = i.rank AND o.tid = i.tid AND o.call_id < i.call_id AND i.ts_ns >= o.ts_ns AND i.end_ns <= o.end_ns
+    GROUP BY i.rank, i.call_id
+),
+merged AS (       -- one row per outermost call, with what its inner calls recorded where it did not
+    SELECT o.rank, o.call_id, any_value(o.step) AS step, any_value(o.tid) AS tid, any_value(o.ts_ns) AS ts_ns, any_value(o.end_ns) AS end_ns,
+           coalesce(any_value(o.send_bytes), max(i.send_bytes)) AS send_bytes,
+           coalesce(any_value(o.recv_bytes), max(i.recv_bytes)) AS recv_bytes,
+           coalesce(any_value(o.send_splits), first(i.send_splits ORDER BY i.call_id) FILTER (WHERE i.send_splits IS NOT NULL)) AS send_splits,
+           coalesce(any_value(o.recv_splits), first(i.recv_splits ORDER BY i.call_id) FILTER (WHERE i.recv_splits IS NOT NULL)) AS recv_splits
+    FROM calls AS o
+    LEFT JOIN inner_of AS n ON n.rank = o.rank AND n.outer_id = o.call_id
+    LEFT JOIN calls AS i ON i.rank = n.rank AND i.call_id = n.call_id
+    WHERE NOT EXISTS (SELECT 1 FROM inner_of AS x WHERE x.rank = o.rank AND x.call_id = o.call_id)
+    GROUP BY o.rank, o.call_id
+),
+issued AS (       -- the collective row each call issued (gloo's all_to_all run, NCCL's SendRecv kernel): its group and duration
+    SELECT m.rank, m.call_id, m.step, m.ts_ns, m.end_ns, m.send_bytes, m.recv_bytes, m.send_splits, m.recv_splits,
+           first(c.process_group ORDER BY c.ts_ns, c.seq) AS process_group,
+           first(c.group_ranks ORDER BY c.ts_ns, c.seq) AS group_ranks,
+           coalesce(max(c.end_ns), m.end_ns) - m.ts_ns AS dur_ns
+    FROM merged AS m
+    LEFT JOIN collectives AS c ON c.rank = m.rank AND c.call_tid = m.tid AND c.call_end_ns BETWEEN m.ts_ns AND m.end_ns
+    GROUP BY m.rank, m.call_id, m.step, m.ts_ns, m.end_ns, m.send_bytes, m.recv_bytes, m.send_splits, m.recv_splits
+),
+orphans AS (      -- all_to_all runs no recorded call issued (gloo annotations alone): what the run's input says
+    SELECT c.rank, c.step, c.ts_ns, c.bytes AS send_bytes, NULL::BIGINT AS recv_bytes, NULL::BIGINT[] AS send_splits,
+           NULL::BIGINT[] AS recv_splits, c.process_group, c.group_ranks, c.dur_ns
     FROM collectives AS c
     WHERE c.op = 'all_to_all'
+      AND NOT EXISTS (SELECT 1 FROM merged AS m WHERE m.rank = c.rank AND m.tid = c.call_tid AND c.call_end_ns BETWEEN m.ts_ns AND m.end_ns)
 ),
-matched AS (      -- the host call that issued it: the call on the issuing thread whose span holds the issue's end
-    SELECT a.*, k.send_bytes, k.recv_bytes, k.send_splits, k.recv_splits,
-           row_number() OVER (PARTITION BY a.rank, a.process_group, a.seq
-                              ORDER BY (k.send_splits IS NOT NULL) DESC, (k.send_bytes IS NOT NULL) DESC, k.name, k.ts_ns) AS pick
-    FROM a2a AS a
-    LEFT JOIN all_to_all_calls AS k
-        ON k.rank = a.rank AND k.tid = a.call_tid AND a.call_end_ns BETWEEN k.ts_ns AND k.end_ns
+unioned AS (
+    SELECT rank, step, ts_ns, send_bytes, recv_bytes, send_splits, recv_splits,
+           coalesce(process_group, (SELECT arg_max(p.pg_name, [p.pg_size, -p.config_index]) FROM pg_configs AS p WHERE p.rank = issued.rank),
+                    'default') AS process_group,
+           group_ranks, dur_ns
+    FROM issued
+    UNION ALL
+    SELECT rank, step, ts_ns, send_bytes, recv_bytes, send_splits, recv_splits, process_group, group_ranks, dur_ns FROM orphans
 ),
 world AS (
     SELECT coalesce(max(world_size), count(*))::INTEGER AS n FROM ranks
 ),
 grouped AS (      -- the default group without a rank list (no pg_config) is the world, in rank order
-    SELECT m.rank, m.step, m.process_group, m.seq, m.dur_ns, m.bytes, m.send_bytes, m.recv_bytes, m.send_splits, m.recv_splits,
-           coalesce(m.group_ranks,
-               CASE WHEN m.process_group IN ('0', 'default') AND len(coalesce(m.send_splits, m.recv_splits)) = w.n
+    SELECT u.rank, u.step, u.ts_ns, u.process_group, u.dur_ns, u.send_bytes, u.recv_bytes, u.send_splits, u.recv_splits,
+           coalesce(u.group_ranks,
+               (SELECT any_value(p.ranks) FROM pg_configs AS p WHERE p.rank = u.rank AND p.pg_name = u.process_group),
+               CASE WHEN u.process_group IN ('0', 'default') AND len(coalesce(u.send_splits, u.recv_splits)) = w.n
                     THEN range(w.n)::INTEGER[] END) AS group_ranks
-    FROM matched AS m CROSS JOIN world AS w
-    WHERE m.pick = 1
+    FROM unioned AS u CROSS JOIN world AS w
 ),
 chosen AS (
-    SELECT *, coalesce(send_bytes, bytes) AS send_total,
+    SELECT *,
+           row_number() OVER (PARTITION BY rank, process_group, step ORDER BY ts_ns, send_bytes, recv_bytes) - 1 AS call_index,
            CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(send_splits) THEN send_splits END AS s_splits,
            CASE WHEN group_ranks IS NULL OR len(group_ranks) = len(recv_splits) THEN recv_splits END AS r_splits
     FROM grouped
 )
 SELECT
     rank,                                   -- global rank
-    step,                                   -- ProfilerStep N
-    process_group,                          -- process group name (collectives.process_group)
-    seq,                                    -- the collective's order in its group on this rank (collectives.seq): the same seq on every rank is the same all_to_all
+    step,                                   -- ProfilerStep N holding the call, NULL outside steps
+    process_group,                          -- process group of the collective the call issued (collectives.process_group); the rank's largest group (or 'default') when none was recorded
+    call_index,                             -- 0-based order of the rank's all_to_alls in the group within the step: every rank of a group calls them in the same order, so the same (step, call_index) on every rank is the same all_to_all
     group_ranks,                            -- global ranks of the group in group-rank order (the order of the split lists; the world for the default group without a pg_config), NULL when unknown
-    send_total AS send_bytes,               -- bytes this rank sends (its input), NULL when unknown
-    recv_bytes,                             -- bytes this rank receives (its output), NULL when unknown (gloo's annotation records only the input)
-    CASE WHEN s_splits IS NOT NULL AND list_sum(s_splits) > 0 AND send_total IS NOT NULL
-         THEN list_transform(s_splits, lambda x: (x * send_total // list_sum(s_splits))::BIGINT) END AS send_split_bytes,  -- bytes sent to each rank of the group (group-rank order; the rank's own slice stays local), NULL without split sizes
+    send_bytes,                             -- bytes this rank sends (its input tensor), NULL when unknown
+    recv_bytes,                             -- bytes this rank receives (its output tensor), NULL when unknown (a gloo annotation without its call records only the input)
+    CASE WHEN s_splits IS NOT NULL AND list_sum(s_splits) > 0 AND send_bytes IS NOT NULL
+         THEN list_transform(s_splits, lambda x: (x * send_bytes // list_sum(s_splits))::BIGINT) END AS send_split_bytes,  -- bytes sent to each rank of the group (group-rank order; the rank's own slice stays local), NULL without split sizes
     CASE WHEN r_splits IS NOT NULL AND list_sum(r_splits) > 0 AND recv_bytes IS NOT NULL
          THEN list_transform(r_splits, lambda x: (x * recv_bytes // list_sum(r_splits))::BIGINT) END AS recv_split_bytes,  -- bytes received from each rank of the group, NULL without split sizes
     CASE WHEN s_splits IS NOT NULL OR r_splits IS NOT NULL THEN 'split_sizes'
-         WHEN send_total IS NOT NULL OR recv_bytes IS NOT NULL THEN 'totals'
+         WHEN send_bytes IS NOT NULL OR recv_bytes IS NOT NULL THEN 'totals'
          ELSE 'unknown' END AS volume_source, -- split_sizes (Concrete Inputs / In-Out split size: per rank of the group) | totals (only what the rank sends and receives: even splits, or split sizes not recorded) | unknown
-    dur_ns                                  -- time inside the all_to_all on this rank (transfer + waiting), ns
+    dur_ns                                  -- from the call's start to the end of the collective it issued (transfer + waiting), ns; the call itself when no collective row matched
 FROM chosen
-ORDER BY rank, process_group, seq;
+ORDER BY rank, process_group, step, call_index;
 
 -- One row per collective per rank: the time the rank was held up by it (exposed: not hidden behind compute), split into waiting for the last rank and the communication itself.
 CREATE OR REPLACE TABLE collective_exposure AS
