@@ -62,6 +62,10 @@ SELECT
     round((SELECT r.bytes_per_step FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank = h.hot_rank) / 1048576.0, 2) AS hot_mib_per_step,
     round((SELECT median(r.bytes_per_step) FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank <> h.hot_rank) / 1048576.0, 2) AS others_mib_per_step,
     CASE WHEN s.hot_share_pct IS NOT NULL THEN 'split_sizes' ELSE 'totals' END AS volume_source,
+    CASE WHEN s.hot_share_pct IS NOT NULL
+         THEN '; the other ranks send it ' || round(s.hot_share_pct)::INTEGER || '% of their tokens (even: '
+              || round(100.0 / (SELECT count(*) FROM per_rank AS r WHERE r.process_group = h.process_group))::INTEGER || '%)'
+         ELSE '' END AS share_text,
     'routing' AS cause
 FROM per_hot AS h
 CROSS JOIN aligned AS a
