@@ -98,22 +98,27 @@ WITH coll AS (
 exposed AS (      -- the training loop blocked in or waiting for a collective (phase comm_exposed)
     SELECT rank, step, ts_ns, end_ns FROM phase_intervals WHERE phase = 'comm_exposed'
 ),
-cuts AS (         -- each exposed interval cut where a collective ends inside it
-    SELECT e.rank, e.step, e.ts_ns AS iv_ns, e.ts_ns AS t FROM exposed AS e
-    UNION SELECT e.rank, e.step, e.ts_ns, e.end_ns FROM exposed AS e
-    UNION SELECT e.rank, e.step, e.ts_ns, c.end_ns
-    FROM exposed AS e JOIN coll AS c ON c.rank = e.rank AND c.step = e.step AND c.end_ns > e.ts_ns AND c.end_ns < e.end_ns
+cuts AS (         -- the step's timeline cut at every exposed interval's ends and every collective's end (linear: no range join)
+    SELECT rank, step, ts_ns AS t FROM exposed
+    UNION SELECT rank, step, end_ns FROM exposed
+    UNION SELECT rank, step, end_ns FROM coll
 ),
-segments AS (
-    SELECT rank, step, t AS ts_ns, lead(t) OVER (PARTITION BY rank, step, iv_ns ORDER BY t) AS end_ns FROM cuts
+pieces AS (
+    SELECT rank, step, t AS ts_ns, lead(t) OVER (PARTITION BY rank, step ORDER BY t) AS end_ns FROM cuts
+),
+segments AS (     -- the pieces inside an exposed interval (the interval starting last at or before the piece holds it)
+    SELECT p.rank, p.step, p.ts_ns, p.end_ns
+    FROM pieces AS p ASOF JOIN exposed AS e ON e.rank = p.rank AND e.step = p.step AND p.ts_ns >= e.ts_ns
+    WHERE p.end_ns > p.ts_ns AND p.end_ns <= e.end_ns
+),
+ends AS (         -- one collective per (rank, step, end): the first issued, on a tie
+    SELECT rank, step, end_ns, first(process_group ORDER BY ts_ns, process_group, seq) AS process_group,
+           first(seq ORDER BY ts_ns, process_group, seq) AS seq
+    FROM coll GROUP BY rank, step, end_ns
 ),
 owned AS (        -- a piece belongs to the first collective of the step to end at or after it: the one in flight, or the one the call the loop is in queues
-    SELECT s.rank, s.step, s.end_ns - s.ts_ns AS dur_ns,
-           first(c.process_group ORDER BY c.end_ns, c.ts_ns, c.process_group, c.seq) AS process_group,
-           first(c.seq ORDER BY c.end_ns, c.ts_ns, c.process_group, c.seq) AS seq
-    FROM segments AS s JOIN coll AS c ON c.rank = s.rank AND c.step = s.step AND c.end_ns >= s.end_ns
-    WHERE s.end_ns > s.ts_ns
-    GROUP BY s.rank, s.step, s.ts_ns, s.end_ns
+    SELECT s.rank, s.step, s.end_ns - s.ts_ns AS dur_ns, c.process_group, c.seq
+    FROM segments AS s ASOF JOIN ends AS c ON c.rank = s.rank AND c.step = s.step AND c.end_ns >= s.end_ns
 ),
 host AS (
     SELECT rank, process_group, seq, sum(dur_ns) AS host_ns FROM owned GROUP BY rank, process_group, seq
