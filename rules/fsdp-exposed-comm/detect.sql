@@ -54,9 +54,9 @@ SELECT
     reduce_ns / 1e6 AS reduce_scatter_ms,
     wait_ns / 1e6 AS waiting_for_last_rank_ms,
     collectives_n AS fsdp_collectives_per_step_count,
-    CASE WHEN forward_gather_ns >= greatest(backward_gather_ns, reduce_ns) THEN 'forward_all_gather'
-         WHEN backward_gather_ns >= reduce_ns THEN 'backward_all_gather'
-         ELSE 'reduce_scatter' END AS largest_part,
+    CASE WHEN forward_gather_ns >= greatest(backward_gather_ns, reduce_ns) THEN 'forward all-gather'
+         WHEN backward_gather_ns >= reduce_ns THEN 'backward all-gather'
+         ELSE 'reduce-scatter' END AS largest_part,
     'fsdp' AS cause
 FROM job
 WHERE (SELECT yes FROM sharded) AND n_ranks >= 2 AND min_pct >= $min_exposed_pct;
