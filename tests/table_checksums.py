@@ -14,8 +14,9 @@ Parquet-writing loader gave the same checksums for every table of all 40 folders
 eff9b03, against the tables of the commit before it). Tables changed on purpose since (process
 groups, code regions, efficiency: SCHEMA_VERSION 11) were written again by the same command, so
 the file pins today's tables row for row against any later loader change. SCHEMA_VERSION 12
-added pipeline_stages and group_lateness and the GPU idle-gap cause comm_wait, and the recorded
-multi-group (fixtures/parallel) and CUDA (fixtures/cuda) folders joined the corpus.
+added pipeline_stages, group_lateness, all_to_all_calls, all_to_all_volumes and
+collective_exposure and the GPU idle-gap cause comm_wait, and the recorded multi-group
+(fixtures/parallel) and CUDA (fixtures/cuda) folders joined the corpus.
 """
 
 from __future__ import annotations

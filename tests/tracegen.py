@@ -38,7 +38,10 @@ end of the transfer, inside a c10d::send / c10d::recv_ op whose third argument i
 rank of the group), kernel / nccl (GPU kernels with their cudaLaunchKernel; options: name, stream, launch_ms,
 launch_us, count, every_ms, args (the kernel's args, e.g. "In msg nelems")), memcpy (options: kind, bytes), sync (a cudaStreamSynchronize
 call; options: name), memory (a [memory] event; options: total_allocated_bytes, device_type,
-bytes [4096], addr [1]), event (any complete event; options: name, cat [cpu_op], tid [the
+bytes [4096], addr [1]), all_to_all (all_to_all_single on gloo: a gloo:all_to_all annotation of the
+input on the runloop thread and a c10d::alltoall_base_ call at call_ms with Input Dims [output,
+input] and Concrete Inputs holding the split sizes; options: send_splits, recv_splits (rows to /
+from each rank of the group), cols [128], splits [true]: false leaves the split sizes out), event (any complete event; options: name, cat [cpu_op], tid [the
 training thread], args). Collectives take dtype [float] for their
 Input type. Any number may be a list indexed by step.
 """
@@ -114,6 +117,17 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
             **{"Input Dims": [[numel]], "Input type": [opts.get("dtype", "float")]})
         call = _at(opts["call_ms"], si) * 1000 + opts["_step_start_us"] if "call_ms" in opts else t
         r.x(f"c10d::{opts.get('call', COLLECTIVES[kind])}", "cpu_op", call, 50.0, MAIN_TID)
+    elif kind == "all_to_all":   # all_to_all_single as torch 2.x records it on gloo (fixtures/README.md)
+        cols, send, recv = int(opts.get("cols", 128)), opts["send_splits"], opts["recv_splits"]
+        dims = [[sum(recv), cols], [sum(send), cols], [], [], [], [], []]
+        r.x("gloo:all_to_all", "user_annotation", t, d, int(opts.get("tid", GLOO_TID)),
+            **{"Input Dims": [[sum(send), cols]], "Input type": [opts.get("dtype", "float")]})
+        call = _at(opts["call_ms"], si) * 1000 + opts["_step_start_us"] if "call_ms" in opts else t
+        concrete = {} if opts.get("splits") is False else {
+            "Concrete Inputs": ["", "", "", str(recv), str(send), "False", "-1"]}
+        r.x("c10d::alltoall_base_", "cpu_op", call, 50.0, MAIN_TID,
+            **{"Input Dims": dims, "Input type": [opts.get("dtype", "float")] * 2 + ["", "ScalarList", "ScalarList",
+                                                                                   "Scalar", "Scalar"]}, **concrete)
     elif kind in ("send", "recv"):
         numel = int(_at(opts.get("bytes", 4096), si)) // 4
         r.x(f"c10d::{'send' if kind == 'send' else 'recv_'}", "cpu_op", t, d, MAIN_TID,

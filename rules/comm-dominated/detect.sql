@@ -29,6 +29,27 @@ sharded AS (      -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP mar
            OR EXISTS (SELECT 1 FROM annotations WHERE NOT on_gpu
                       AND (name LIKE 'FSDP::%' OR name LIKE 'FullyShardedDataParallel%')) AS yes
 ),
+labelled AS (     -- exposed communication without the wait for the last rank, per parallelism dimension and op (collective_exposure)
+    SELECT e.rank, e.dimension, e.op, sum(e.comm_exposed_ns) AS ns
+    FROM collective_exposure AS e
+    WHERE e.step IN (SELECT step FROM aligned_steps)
+    GROUP BY e.rank, e.dimension, e.op
+),
+by_dimension AS (  -- the median rank's share of its step, per dimension and op
+    SELECT l.dimension, l.op, median(100.0 * l.ns / p.step_ns / len(p.steps)) AS pct
+    FROM labelled AS l JOIN per_rank AS p USING (rank)
+    GROUP BY l.dimension, l.op
+),
+dimension_text AS (
+    SELECT string_agg(CASE dimension WHEN 'data' THEN 'DP' WHEN 'fsdp' THEN 'FSDP' WHEN 'tensor' THEN 'TP'
+                                     WHEN 'pipeline' THEN 'PP' WHEN 'expert' THEN 'EP' WHEN 'context' THEN 'CP'
+                                     WHEN 'world' THEN 'world' ELSE 'ungrouped' END
+                      || ' ' || op || ' ' || round(pct)::INTEGER || '%', ', ' ORDER BY pct DESC, dimension, op) AS text,
+           first(dimension ORDER BY pct DESC, dimension, op) AS top_dimension,
+           first(op ORDER BY pct DESC, dimension, op) AS top_op,
+           max(pct) AS top_pct
+    FROM by_dimension WHERE pct >= 0.5
+),
 job AS (
     SELECT list(rank ORDER BY rank) AS ranks, list_sort(list_distinct(flatten(list(steps)))) AS steps, min(comm_pct) AS min_comm_pct,
            max(comm_pct) AS max_comm_pct, first(rank ORDER BY comm_pct, rank) AS least_rank,
@@ -51,7 +72,11 @@ SELECT
     round(b.bytes / 1048576.0, 1) AS largest_collective_mib,
     b.mean_bytes::BIGINT AS mean_collective_bytes,
     b.per_step AS collectives_per_step_count,
-    CASE WHEN (SELECT yes FROM sharded) THEN 'fsdp' ELSE 'default' END AS cause
-FROM job AS j CROSS JOIN biggest AS b
+    CASE WHEN (SELECT yes FROM sharded) THEN 'fsdp' ELSE 'default' END AS cause,
+    coalesce(d.text, 'not attributed') AS comm_by_dimension,
+    d.top_dimension,
+    d.top_op AS top_dimension_op,
+    d.top_pct AS top_dimension_pct
+FROM job AS j CROSS JOIN biggest AS b CROSS JOIN dimension_text AS d
 WHERE j.min_comm_pct >= $min_comm_pct
   AND (b.mean_bytes IS NULL OR b.mean_bytes >= $min_mean_collective_bytes);

@@ -1,0 +1,1 @@
+../../../rules/expert-imbalance/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/fsdp-exposed-comm/detect.sql
