@@ -181,3 +181,14 @@ def test_pageable_copy_is_named_with_its_size_and_time(analysed):
     assert f["evidence"]["bytes_per_step"] == exp["pageable_mb"] << 20
     assert f["evidence"]["copy_ms"] == pytest.approx(
         sum(e["dur"] for e in copies) / len(copies) / 1e3, rel=1e-3)
+
+
+def test_gloo_moving_gpu_tensors_is_told_to_use_nccl(analysed):
+    """The job's backend is gloo (distributedInfo) and its ranks run CUDA kernels: the
+    communication finding's advice is the NCCL backend, not the interconnect."""
+    traces = _traces("ddp_gloo2_input_straggler")
+    assert {t["distributedInfo"]["backend"] for t in traces.values()} == {"gloo"}
+    summary, _, _ = analysed("ddp_gloo2_input_straggler")
+    [f] = [f for f in summary["findings"] if f["rule"] == "comm-dominated"]
+    assert f["evidence"]["cause"] == "gloo_on_gpu"
+    assert "NCCL backend" in f["advice"]

@@ -24,6 +24,10 @@ biggest AS (      -- what is being moved: the largest collective, the mean size,
            count(*) / count(DISTINCT rank || '-' || step) AS per_step
     FROM sized
 ),
+gloo_on_gpu AS (  -- GPU tensors moved by gloo: the ranks run GPU kernels, their collectives run on the host
+    SELECT EXISTS (SELECT 1 FROM collectives WHERE source = 'gloo_annotation')
+           AND EXISTS (SELECT 1 FROM kernels) AS yes
+),
 sharded AS (      -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP marks its work on the host
     SELECT EXISTS (SELECT 1 FROM collectives WHERE op = 'reduce_scatter')
            OR EXISTS (SELECT 1 FROM annotations WHERE NOT on_gpu
@@ -72,7 +76,8 @@ SELECT
     round(b.bytes / 1048576.0, 1) AS largest_collective_mib,
     b.mean_bytes::BIGINT AS mean_collective_bytes,
     b.per_step AS collectives_per_step_count,
-    CASE WHEN (SELECT yes FROM sharded) THEN 'fsdp' ELSE 'default' END AS cause,
+    CASE WHEN (SELECT yes FROM gloo_on_gpu) THEN 'gloo_on_gpu'
+         WHEN (SELECT yes FROM sharded) THEN 'fsdp' ELSE 'default' END AS cause,
     coalesce(d.text, 'not attributed') AS comm_by_dimension,
     d.top_dimension,
     d.top_op AS top_dimension_op,
