@@ -119,7 +119,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     forkserver = "forkserver" in multiprocessing.get_all_start_methods() and _socket_path_fits()
     context = multiprocessing.get_context("forkserver" if forkserver else "spawn")
     if forkserver:
-        context.set_forkserver_preload(["traceanalyze.load.executors"])
+        context.set_forkserver_preload(["traceanalyze.load.forkserver_init"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(),))
 

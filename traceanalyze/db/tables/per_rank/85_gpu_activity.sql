@@ -73,9 +73,14 @@ described AS (
         coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
                   WHERE p.rank = g.rank AND p.step = g.step AND p.phase = 'data_wait'
                     AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0) AS data_wait_ns,
-        coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
-                  WHERE p.rank = g.rank AND p.step = g.step AND p.phase IN ('comm_exposed', 'pipeline_wait')
-                    AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0) AS comm_wait_ns,
+        -- (only while a host-run collective is in flight: an NCCL call on the host only launches a kernel)
+        CASE WHEN EXISTS (SELECT 1 FROM collectives AS c
+                          WHERE c.rank = g.rank AND c.source = 'gloo_annotation'
+                            AND c.ts_ns < g.end_ns AND c.end_ns > g.ts_ns)
+        THEN coalesce((SELECT sum(least(p.end_ns, g.end_ns) - greatest(p.ts_ns, g.ts_ns)) FROM phase_intervals AS p
+                       WHERE p.rank = g.rank AND p.step = g.step AND p.phase IN ('comm_exposed', 'pipeline_wait')
+                         AND p.ts_ns < g.end_ns AND p.end_ns > g.ts_ns), 0)
+        ELSE 0 END AS comm_wait_ns,
         -- a sync call overlaps the gap: among the calls started before the gap ends, one ends after it starts
         coalesce(sc.max_end_ns >= g.ts_ns, false) AS host_synced
     FROM gaps AS g
@@ -92,7 +97,7 @@ SELECT
     end_ns - ts_ns AS dur_ns,               -- gap length, ns
     next_launch_ts_ns,                      -- when the host launched the work that ends the gap (NULL at the step end)
     data_wait_ns,                           -- part of the gap while the training loop waits for the DataLoader, ns
-    comm_wait_ns,                           -- part of the gap while the training loop is blocked in a collective or a send / recv (phases comm_exposed, pipeline_wait), ns
+    comm_wait_ns,                           -- part of the gap while the training loop is blocked in a host-run (gloo) collective or send / recv in flight (phases comm_exposed, pipeline_wait), ns
     CASE
         WHEN data_wait_ns * 100 >= getvariable('gap_data_wait_min_share_pct') * (end_ns - ts_ns) THEN 'data_wait'
         WHEN comm_wait_ns * 100 >= getvariable('gap_comm_wait_min_share_pct') * (end_ns - ts_ns) THEN 'comm_wait'
