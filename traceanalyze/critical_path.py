@@ -23,17 +23,21 @@ Times are on each segment's own rank's clock (`on_rank`).
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import duckdb
+
+from traceanalyze.db.frames import insert_rows
 
 LAUNCH_SLACK_NS = 2_000      # a kernel starting this soon after its launch returns waited for the launch
 MAX_SEGMENTS_PER_STEP = 5_000
 MAX_KERNELS = 4_000_000      # GPU events of the aligned steps, all ranks: above, no walk (memory)  # a guard: a walk never loops, but a pathological trace cannot run away
 
 
-@dataclass(frozen=True)
-class _Gpu:
+class _Gpu(NamedTuple):  # (a tuple: the walk builds one per GPU event)
     ts: int
     end: int
     name: str
@@ -68,21 +72,16 @@ def build_critical_path(con: duckdb.DuckDBPyConnection) -> None:
     rows: list[tuple] = []
     _stage_inputs(con)
     try:
-        for step in steps:
-            ranks = _load_step(con, step)
-            if not ranks:
-                continue
+        for step, ranks in _load_steps(con):
             start_rank = max(ranks, key=lambda r: (ranks[r].end - ranks[r].start, -r))
             rows += [(start_rank, step, *seg) for seg in _walk(ranks, start_rank, arrivals.get(step, {}))]
     finally:
         for table in STAGED:
             con.execute(f"DROP TABLE IF EXISTS {table}")
     if rows:
-        # one statement for all rows, column by column (executemany runs one INSERT per row:
-        # 100 s for the 114k segments of a 515 MB trace's 165 steps)
-        columns = [list(column) for column in zip(*rows)]
-        con.execute("INSERT INTO critical_path SELECT " + ", ".join(f"unnest(${i + 1})" for i in range(len(columns))),
-                    columns)
+        # one statement for all rows (executemany runs one INSERT per row: 100 s for the 114k
+        # segments of a 515 MB trace's 165 steps), through Arrow when it can
+        insert_rows(con, "critical_path", rows)
 
 
 def _arrivals(con) -> dict[int, dict[tuple, dict[int, int]]]:
@@ -141,31 +140,57 @@ def _stage_inputs(con) -> None:
         ORDER BY step""")
 
 
-def _load_step(con, step: int) -> dict[int, _Rank]:
-    bounds = {r: (ts, end) for r, ts, end in con.execute(
-        "SELECT rank, ts_ns, end_ns FROM steps WHERE step = ?", [step]).fetchall()}
-    gpu: dict[int, list[_Gpu]] = {r: [] for r in bounds}
-    for rank, ts, end, name, kind, launch_end, pg, op, idx in con.execute(
-            """SELECT rank, ts_ns, end_ns, name, kind, launch_end_ns, process_group, op, op_index FROM _cp_gpu
-               WHERE step = ? ORDER BY rank, end_ns, ts_ns, name, stream, correlation""", [step]).fetchall():
-        gpu[rank].append(_Gpu(ts, end, name, kind, launch_end, (pg, op, idx) if op is not None else None))
-    syncs: dict[int, list] = {r: [] for r in bounds}
-    for rank, end, ts in con.execute(
-            "SELECT rank, end_ns, ts_ns FROM _cp_syncs WHERE step = ? ORDER BY rank, end_ns, ts_ns",
-            [step]).fetchall():
-        syncs[rank].append((end, ts))
-    host_colls: dict[int, list] = {r: [] for r in bounds}
-    for rank, end, ts, op, pg, idx in con.execute(
-            """SELECT rank, end_ns, ts_ns, op, process_group, op_index FROM _cp_host_colls
-               WHERE step = ? ORDER BY rank, end_ns, ts_ns""", [step]).fetchall():
-        host_colls[rank].append((end, ts, op, (pg, op, idx)))
-    ops: dict[int, list] = {r: [] for r in bounds}
-    for rank, ts, end, name in con.execute(
-            "SELECT rank, ts_ns, end_ns, name FROM _cp_ops WHERE step = ? ORDER BY rank, ts_ns, end_ns, name",
-            [step]).fetchall():
-        ops[rank].append((ts, end, name))
-    return {r: _Rank(b[0], b[1], gpu[r], [g.end for g in gpu[r]], syncs[r], host_colls[r], ops[r])
-            for r, b in bounds.items()}
+# every staged row of the aligned steps in one ordered stream (a query per step and table cost
+# more than the walk): src 0 the rank's step bounds, 1 GPU work, 2 synchronizations, 3 host-side
+# collectives, 4 top-level host ops; k1, k2 the sort keys each list is kept in
+STREAM_SQL = """
+    SELECT step, 0 AS src, rank, ts_ns AS k1, end_ns AS k2, NULL AS name, NULL AS kind, NULL::BIGINT AS launch_end_ns,
+           NULL AS process_group, NULL AS op, NULL::BIGINT AS op_index, NULL::BIGINT AS stream, NULL::BIGINT AS correlation
+    FROM steps WHERE step IN (SELECT step FROM aligned_steps)
+    UNION ALL
+    SELECT step, 1, rank, end_ns, ts_ns, name, kind, launch_end_ns, process_group, op, op_index, stream, correlation
+    FROM _cp_gpu
+    UNION ALL
+    SELECT step, 2, rank, end_ns, ts_ns, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM _cp_syncs
+    UNION ALL
+    SELECT step, 3, rank, end_ns, ts_ns, op, NULL, NULL, process_group, op, op_index, NULL, NULL FROM _cp_host_colls
+    UNION ALL
+    SELECT step, 4, rank, ts_ns, end_ns, name, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM _cp_ops
+    ORDER BY step, src, rank, k1, k2, name, stream, correlation, process_group, op_index"""
+FETCH_ROWS = 65_536
+
+
+def _load_steps(con) -> Iterator[tuple[int, dict[int, _Rank]]]:
+    """(step, rank -> _Rank) of each aligned step with bounds, in step order; one step in memory at a time."""
+    cur = con.execute(STREAM_SQL)
+
+    def rows():
+        while chunk := cur.fetchmany(FETCH_ROWS):
+            yield from chunk
+
+    for step, group in itertools.groupby(rows(), key=lambda row: row[0]):
+        bounds: dict[int, tuple[int, int]] = {}
+        gpu: dict[int, list[_Gpu]] = {}
+        syncs: dict[int, list] = {}
+        host_colls: dict[int, list] = {}
+        ops: dict[int, list] = {}
+        for _, src, rank, k1, k2, name, kind, launch_end, pg, op, idx, _stream, _corr in group:
+            if src == 0:
+                bounds[rank] = (k1, k2)
+                gpu[rank], syncs[rank], host_colls[rank], ops[rank] = [], [], [], []
+            elif rank not in bounds:
+                continue  # (no step bounds on that rank: nothing of it is walked)
+            elif src == 1:
+                gpu[rank].append(_Gpu(k2, k1, name, kind, launch_end, (pg, op, idx) if op is not None else None))
+            elif src == 2:
+                syncs[rank].append((k1, k2))
+            elif src == 3:
+                host_colls[rank].append((k1, k2, name, (pg, op, idx)))
+            else:
+                ops[rank].append((k1, k2, name))
+        if bounds:
+            yield step, {r: _Rank(b[0], b[1], gpu[r], [g.end for g in gpu[r]], syncs[r], host_colls[r], ops[r])
+                         for r, b in bounds.items()}
 
 
 def _host_name(rank: _Rank, lo: int, hi: int) -> str:

@@ -44,45 +44,22 @@ CREATE OR REPLACE MACRO dtype_class(dtype) AS (
 
 -- an operator name -> the formula family it uses (NULL: no formula). Names without the 'aten::' prefix.
 CREATE OR REPLACE MACRO flop_family(name) AS (
-    CASE
-        WHEN regexp_replace(name, '^aten::', '') IN ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear')
-            THEN regexp_replace(name, '^aten::', '')
-        WHEN regexp_replace(name, '^aten::', '') IN ('conv1d', 'conv2d', 'conv3d', 'convolution', '_convolution')
-            THEN 'conv'
-        WHEN regexp_replace(name, '^aten::', '') IN ('convolution_backward', 'cudnn_convolution_backward',
-                                                      'cudnn_convolution_backward_input', 'miopen_convolution_backward')
-            THEN 'conv_backward'
-        WHEN regexp_replace(name, '^aten::', '') IN ('scaled_dot_product_attention', '_scaled_dot_product_flash_attention',
-                '_scaled_dot_product_efficient_attention', '_scaled_dot_product_cudnn_attention',
-                '_scaled_dot_product_flash_attention_for_cpu')
-            THEN 'sdpa'
-        WHEN regexp_replace(name, '^aten::', '') IN ('_flash_attention_forward', '_efficient_attention_forward')
-            THEN 'flash'
-        WHEN regexp_replace(name, '^aten::', '') IN ('_scaled_dot_product_flash_attention_backward',
-                '_scaled_dot_product_efficient_attention_backward', '_scaled_dot_product_cudnn_attention_backward')
-            THEN 'sdpa_backward'
-        WHEN regexp_replace(name, '^aten::', '') IN ('_flash_attention_backward', '_efficient_attention_backward')
-            THEN 'flash_backward'
-        WHEN regexp_replace(name, '^aten::', '') IN ('layer_norm', 'native_layer_norm', 'rms_norm', '_fused_rms_norm',
-                'batch_norm', 'native_batch_norm', 'cudnn_batch_norm', 'group_norm', 'native_group_norm')
-            THEN 'norm'
-        WHEN regexp_replace(name, '^aten::', '') IN ('native_layer_norm_backward', 'native_batch_norm_backward',
-                'cudnn_batch_norm_backward', 'native_group_norm_backward', '_fused_rms_norm_backward')
-            THEN 'norm_backward'
-        WHEN regexp_replace(name, '^aten::', '') IN ('softmax', '_softmax', 'log_softmax', '_log_softmax')
-            THEN 'softmax'
-        WHEN regexp_replace(name, '^aten::', '') IN ('_softmax_backward_data', '_log_softmax_backward_data')
-            THEN 'softmax_backward'
-        WHEN regexp_replace(name, '^aten::', '') IN ('embedding', 'embedding_dense_backward')
-            THEN regexp_replace(name, '^aten::', '')
-        WHEN regexp_replace(name, '^aten::', '') IN ('add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_',
-                'relu', 'relu_', 'gelu', 'gelu_', 'silu', 'silu_', 'sigmoid', 'sigmoid_', 'tanh', 'tanh_',
-                'threshold_backward', 'gelu_backward', 'silu_backward', 'sigmoid_backward', 'tanh_backward',
-                'exp', 'exp_', 'neg', 'rsqrt', 'sqrt', 'pow', 'clamp_min', 'clamp_min_', 'where')
-            THEN 'elementwise'
-        WHEN regexp_replace(name, '^aten::', '') IN ('addcmul', 'addcmul_', 'addcdiv', 'addcdiv_')
-            THEN 'elementwise2'
-    END
+    MAP {
+        'mm': 'mm', 'addmm': 'addmm', 'bmm': 'bmm', 'baddbmm': 'baddbmm', 'matmul': 'matmul', 'linear': 'linear',
+        'conv1d': 'conv', 'conv2d': 'conv', 'conv3d': 'conv', 'convolution': 'conv', '_convolution': 'conv',
+        'convolution_backward': 'conv_backward', 'cudnn_convolution_backward': 'conv_backward', 'cudnn_convolution_backward_input': 'conv_backward', 'miopen_convolution_backward': 'conv_backward',
+        'scaled_dot_product_attention': 'sdpa', '_scaled_dot_product_flash_attention': 'sdpa', '_scaled_dot_product_efficient_attention': 'sdpa', '_scaled_dot_product_cudnn_attention': 'sdpa', '_scaled_dot_product_flash_attention_for_cpu': 'sdpa',
+        '_flash_attention_forward': 'flash', '_efficient_attention_forward': 'flash',
+        '_scaled_dot_product_flash_attention_backward': 'sdpa_backward', '_scaled_dot_product_efficient_attention_backward': 'sdpa_backward', '_scaled_dot_product_cudnn_attention_backward': 'sdpa_backward',
+        '_flash_attention_backward': 'flash_backward', '_efficient_attention_backward': 'flash_backward',
+        'layer_norm': 'norm', 'native_layer_norm': 'norm', 'rms_norm': 'norm', '_fused_rms_norm': 'norm', 'batch_norm': 'norm', 'native_batch_norm': 'norm', 'cudnn_batch_norm': 'norm', 'group_norm': 'norm', 'native_group_norm': 'norm',
+        'native_layer_norm_backward': 'norm_backward', 'native_batch_norm_backward': 'norm_backward', 'cudnn_batch_norm_backward': 'norm_backward', 'native_group_norm_backward': 'norm_backward', '_fused_rms_norm_backward': 'norm_backward',
+        'softmax': 'softmax', '_softmax': 'softmax', 'log_softmax': 'softmax', '_log_softmax': 'softmax',
+        '_softmax_backward_data': 'softmax_backward', '_log_softmax_backward_data': 'softmax_backward',
+        'embedding': 'embedding', 'embedding_dense_backward': 'embedding_dense_backward',
+        'add': 'elementwise', 'add_': 'elementwise', 'sub': 'elementwise', 'sub_': 'elementwise', 'mul': 'elementwise', 'mul_': 'elementwise', 'div': 'elementwise', 'div_': 'elementwise', 'relu': 'elementwise', 'relu_': 'elementwise', 'gelu': 'elementwise', 'gelu_': 'elementwise', 'silu': 'elementwise', 'silu_': 'elementwise', 'sigmoid': 'elementwise', 'sigmoid_': 'elementwise', 'tanh': 'elementwise', 'tanh_': 'elementwise', 'threshold_backward': 'elementwise', 'gelu_backward': 'elementwise', 'silu_backward': 'elementwise', 'sigmoid_backward': 'elementwise', 'tanh_backward': 'elementwise', 'exp': 'elementwise', 'exp_': 'elementwise', 'neg': 'elementwise', 'rsqrt': 'elementwise', 'sqrt': 'elementwise', 'pow': 'elementwise', 'clamp_min': 'elementwise', 'clamp_min_': 'elementwise', 'where': 'elementwise',
+        'addcmul': 'elementwise2', 'addcmul_': 'elementwise2', 'addcdiv': 'elementwise2', 'addcdiv_': 'elementwise2'
+    }[CASE WHEN starts_with(name, 'aten::') THEN name[7:] ELSE name END]
 );
 
 -- Output elements of a convolution from the input shape x [N, C, *spatial], weight w [Cout, Cin/groups, *kernel]
