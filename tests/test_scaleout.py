@@ -27,7 +27,8 @@ from processes import carrying_owner_token, cmdline, descendants, in_session, st
 from traceanalyze.load import load_trace_dir, reduce
 from traceanalyze.load.discover import discover
 from traceanalyze.load.executor_registry import run_maps
-from traceanalyze.load.packing import packs
+from traceanalyze.load.map import map_rank
+from traceanalyze.load.packing import map_pack, packs
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 
 SCENARIO = "input_straggler"
@@ -181,6 +182,34 @@ def test_small_ranks_are_packed_and_a_failed_rank_in_a_pack_fails_alone(tmp_path
         assert is_current(store.read_manifest(rank), next(tf for tf in tfs if tf.rank == rank))
         assert all((shards / f"rank={rank}" / f"{t}.parquet").exists() for t in SHARD_TABLES)
     assert store.read_manifest(1) is None
+
+
+@pytest.mark.parametrize("scenario", ["ddp/input_straggler", "parallel/pp2_dp2_tp2_3d", "real/hta-trace-filter"])
+def test_a_pack_mapped_in_one_database_writes_each_rank_what_its_own_map_writes(tmp_path, scenario):
+    """Every rank of the folder in one pack (one DuckDB database) against each rank mapped
+    alone: the same row counts and the same rows, table by table, and one manifest per rank."""
+    tfs = sorted(discover(FIXTURES.parent / scenario).files, key=lambda tf: tf.rank)
+    assert len(tfs) > 1
+    (pack,) = packs(tfs, workers=1)  # (the whole folder is far under a pack's bytes)
+    together, alone = tmp_path / "together", tmp_path / "alone"
+    outcomes = map_pack(pack, str(together), 1)
+    assert [o.rank for o in outcomes] == [tf.rank for tf in tfs] and all(o.error is None for o in outcomes)
+    for tf in tfs:
+        map_rank(tf, str(alone), 1)
+    con = duckdb.connect()
+    try:
+        for tf in tfs:
+            mine, own = ShardStore(str(together)).read_manifest(tf.rank), ShardStore(str(alone)).read_manifest(tf.rank)
+            assert mine["rows"] == own["rows"] and mine["events"] == own["events"]
+            for table in SHARD_TABLES:
+                query = "SELECT * FROM read_parquet(?) ORDER BY ALL"
+                rows = con.execute(query, [str(together / f"rank={tf.rank}" / f"{table}.parquet")]).fetchall()
+                expected = con.execute(query, [str(alone / f"rank={tf.rank}" / f"{table}.parquet")]).fetchall()
+                assert len(rows) == own["rows"][table]
+                assert rows == expected, (tf.rank, table)
+                assert all(row[0] == tf.rank for row in rows) or table == "load_issues", (tf.rank, table)
+    finally:
+        con.close()
 
 
 def test_ingest_per_rank_then_analyze_the_shards(tmp_path, reference):

@@ -56,7 +56,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
     store.forget(tf.rank)
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
     try:
-        local = _fetched(tf, work)
+        local = fetched(tf, work)
         target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
         target.mkdir(parents=True, exist_ok=True)
         small = estimated_uncompressed_bytes(local.path) <= IN_MEMORY_MAX_BYTES
@@ -64,10 +64,10 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         try:
             if threads and not tracedb.chosen_threads():  # (a chosen count applies to the maps too)
                 con.execute(f"SET threads = {int(threads)}")
-            con.execute(f"SET temp_directory = '{_sql_text(work / 'spill')}'")
+            con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
             read, notes = _build(con, tf, local, target / "raw_events.parquet", threads or 0)
             t0 = time.process_time()
-            rows, files = _write_tables(con, store, tf.rank, target)
+            rows, files = write_tables(con, store, tf.rank, target)
             read.stage_s["write_tables_cpu"] = time.process_time() - t0
         finally:
             con.close()
@@ -83,7 +83,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _fetched(tf: TraceFile, work: Path) -> TraceFile:
+def fetched(tf: TraceFile, work: Path) -> TraceFile:
     """The trace as a local file: an object in a bucket is downloaded into the private folder."""
     if not tf.url:
         return tf
@@ -98,14 +98,29 @@ def _fetched(tf: TraceFile, work: Path) -> TraceFile:
     return dataclasses.replace(tf, path=local)
 
 
-def _sql_text(path: Path) -> str:
+def sql_text(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
 def _build(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> tuple[RankRead, list[str]]:
+    open_rank_database(con, estimated_uncompressed_bytes(local.path))
+    read = read_rank_events(con, tf, local, raw_path, threads)
+    t0 = time.process_time()
+    build_rank_tables(con, [tf])
+    read.stage_s["tables_cpu"] = time.process_time() - t0
+    return read, [kind for kind, _, _ in read.notes]
+
+
+def open_rank_database(con, events_bytes: int) -> None:
+    """The raw tables, the macros and the memory limit of a map's private database."""
     tracedb.create_schema(con)
     tracedb.create_macros(con)
-    limit_memory(con, estimated_uncompressed_bytes(local.path))
+    limit_memory(con, events_bytes)
+
+
+def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> RankRead:
+    """The rank's events into `raw_path` (raw_events of `con` a view over it), and its rows of
+    `ranks`, `pg_configs` and `load_issues`. Bad input raises TraceanalyzeError naming the file."""
     try:
         read = write_raw_events(con, local, raw_path, threads)
     except TraceanalyzeError as exc:
@@ -115,17 +130,20 @@ def _build(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -
     _insert_rank(con, tf, read)
     _insert_pg_configs(con, tf, read)
     _record_issues(con, tf, read)
+    return read
+
+
+def build_rank_tables(con, files: list[TraceFile]) -> None:
+    """The per-rank tables of `files`' ranks (their events are in raw_events), in one
+    transaction; the memory limit is relaxed if a table needs it (a note per rank)."""
     memory_notes: list[tuple[str, str]] = []
-    t0 = time.process_time()
     relaxing_memory(con, lambda: _in_one_transaction(
         con, lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files())), memory_notes)
-    file = tf.url or str(tf.path)
     if memory_notes:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, 'info', ?, NULL)",
-                        [(tf.rank, file, kind, message) for kind, message in memory_notes])
+                        [(tf.rank, tf.url or str(tf.path), kind, message)
+                         for tf in files for kind, message in memory_notes])
     _record_event_issues(con)
-    read.stage_s["tables_cpu"] = time.process_time() - t0
-    return read, [kind for kind, _, _ in read.notes]
 
 
 def _insert_rank(con, tf: TraceFile, read: RankRead) -> None:
@@ -251,22 +269,27 @@ def _record_event_issues(con) -> None:
     """)
 
 
-def _write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
+def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
     """Every per-rank table as Parquet in `target` (raw_events.parquet is there already): the
     local shard folder, or a private one uploaded from. Returns the row count of each table and
     the size and hash of each file (the manifest's)."""
-    rows, files = {}, {}
+    rows = {}
     for table in SHARD_TABLES:
         (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
         if table != "raw_events":
-            path = _sql_text(target / f"{table}.parquet")
-            con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
-        files[f"{table}.parquet"] = file_entry(target / f"{table}.parquet")
+            con.execute(f"COPY {table} TO '{sql_text(target / f'{table}.parquet')}' (FORMAT parquet, COMPRESSION zstd)")
+    return rows, shard_files(store, rank, target)
+
+
+def shard_files(store: ShardStore, rank: int, target: Path) -> dict[str, dict]:
+    """The size and hash of each of the rank's table files in `target` (the manifest's), uploaded
+    to the store when it is remote."""
+    files = {f"{table}.parquet": file_entry(target / f"{table}.parquet") for table in SHARD_TABLES}
     if store.remote:
         fs = store.fs()
         for table in SHARD_TABLES:
             fs.put_file(str(target / f"{table}.parquet"), store.table_path(rank, table))
-    return rows, files
+    return files
 
 
 def worker_threads(workers: int) -> int:

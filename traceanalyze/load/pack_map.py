@@ -1,0 +1,185 @@
+"""Several small ranks mapped in one DuckDB database: the per-rank tables built once per pack.
+
+A small rank's map is mostly DuckDB's fixed cost (a database, the macros, some 40 statements over
+few rows). A pack of small ranks (packing.py) therefore reads each rank's trace into its own
+raw_events.parquet as map.py does, builds the per-rank tables once over all of them (each is
+keyed by rank: no per-rank statement looks across ranks) and writes each rank's shard from its
+own rows. Each rank keeps its own lock, shard, manifest and outcome:
+
+- a rank whose trace cannot be read fails alone: the others go on;
+- a failure after the reads (a table that cannot be built, a full disk) maps the unfinished
+  ranks again one at a time (map.py), so that each fails or succeeds alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+import traceanalyze.db as tracedb
+from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.map import (IN_MEMORY_MAX_BYTES, build_rank_tables, fetched, map_rank_locked,
+                                   open_rank_database, read_rank_events, shard_files, sql_text)
+from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
+from traceanalyze.load.memory import staging_dir
+from traceanalyze.load.rank_read import RankRead
+from traceanalyze.load.shards import SHARD_TABLES, ShardStore, new_manifest, rank_lock
+from traceanalyze.load.source import estimated_uncompressed_bytes
+from traceanalyze.load.stale import staging_prefix
+
+
+def map_ranks_together(files: list[TraceFile], shards_root: str, threads: int | None) -> list[MapOutcome]:
+    """Map the ranks of `files` (a pack) in one database; one outcome per rank, in rank order."""
+    ordered = sorted(files, key=lambda tf: tf.rank)
+    store = ShardStore(shards_root)
+    with contextlib.ExitStack() as locks:
+        for tf in ordered:  # (in rank order: two packs never wait for each other in a circle)
+            locks.enter_context(rank_lock(store, tf.rank))
+        outcomes: dict[int, MapOutcome] = {}
+        try:
+            _together(ordered, store, threads, outcomes)
+        except (TraceanalyzeError, duckdb.Error, OSError):
+            # after the reads: each unfinished rank again on its own (map.py), failing alone
+            for tf in ordered:
+                if tf.rank not in outcomes:
+                    outcomes[tf.rank] = outcome_of(tf, lambda tf=tf: map_rank_locked(tf, store, threads))
+        except BaseException:  # interrupted: no tables without a manifest stay behind
+            for tf in ordered:
+                if tf.rank not in outcomes:
+                    store.drop_unfinished(tf.rank)
+            raise
+        return [outcomes[tf.rank] for tf in ordered]
+
+
+def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
+              outcomes: dict[int, MapOutcome]) -> None:
+    """Fill `outcomes` with the ranks that failed to read and, once every table is written,
+    with the others (an exception before then leaves them out: the caller maps them again)."""
+    for tf in files:
+        store.forget(tf.rank)
+    work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir(files)))
+    try:
+        sizes = {tf.rank: estimated_uncompressed_bytes(tf.path) if not tf.url else tf.size_bytes for tf in files}
+        con = tracedb.open_quiet(":memory:" if sum(sizes.values()) <= IN_MEMORY_MAX_BYTES else work / "pack.duckdb")
+        try:
+            if threads and not tracedb.chosen_threads():
+                con.execute(f"SET threads = {int(threads)}")
+            con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
+            open_rank_database(con, sum(sizes.values()))
+            con.execute("CREATE TEMP TABLE _raw_events_empty AS SELECT * FROM raw_events LIMIT 0")
+            reads: list[tuple[TraceFile, RankRead, Path]] = []
+            for tf in files:
+                target = work / "out" / str(tf.rank) if store.remote else Path(store.rank_dir(tf.rank))
+                target.mkdir(parents=True, exist_ok=True)
+                _empty_raw_events(con)
+                try:
+                    local = fetched(tf, _folder(work / f"fetch-{tf.rank}"))
+                    read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0)
+                except TraceanalyzeError as exc:  # this rank's trace: it fails alone
+                    outcomes[tf.rank] = failed(tf, exc)
+                    store.drop_unfinished(tf.rank)
+                    continue
+                reads.append((tf, read, target))
+            if not reads:
+                return
+            paths = ", ".join(f"'{sql_text(target / 'raw_events.parquet')}'" for _, _, target in reads)
+            _drop_raw_events(con)
+            con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet([{paths}])")
+            t0 = time.process_time()
+            build_rank_tables(con, [tf for tf, _, _ in reads])
+            tables_cpu = (time.process_time() - t0) / len(reads)
+            written = _write_pack_tables(con, store, reads, work / "parts")
+            finished = []
+            for tf, read, _ in reads:
+                rows, table_files, write_cpu = written[tf.rank]
+                read.stage_s["tables_cpu"] = tables_cpu  # (the pack's, shared evenly)
+                read.stage_s["write_tables_cpu"] = write_cpu
+                manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes,
+                                        rows, table_files)
+                manifest["notes"] = [kind for kind, _, _ in read.notes]
+                manifest["stage_s"] = {k: round(v, 4) for k, v in read.stage_s.items()}
+                finished.append((tf, manifest))
+        finally:
+            con.close()
+        for tf, manifest in finished:  # manifests last: a shard is trusted once every table is written
+            store.write_manifest(tf.rank, manifest)
+            outcomes[tf.rank] = MapOutcome(tf.rank, trace_name(tf), manifest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, RankRead, Path]],
+                       parts: Path) -> dict[int, tuple[dict[str, int], dict[str, dict], float]]:
+    """Each rank's rows of every per-rank table as its shard's Parquet file: one partitioned
+    COPY per table for the whole pack (one thread, so each file keeps the table's row order),
+    each rank's file then moved into its shard folder. Returns per rank its row counts, its
+    files (the manifest's) and the CPU seconds of its share."""
+    t0 = time.process_time()
+    parts.mkdir()
+    ranks = [tf.rank for tf, _, _ in reads]
+    rows: dict[int, dict[str, int]] = {rank: {} for rank in ranks}
+    (threads,) = con.execute("SELECT current_setting('threads')").fetchone()
+    con.execute("SET threads = 1")
+    try:
+        for table in SHARD_TABLES:
+            counts = dict(con.execute(f"SELECT rank, count(*) FROM {table} GROUP BY rank").fetchall())
+            for rank in ranks:
+                rows[rank][table] = counts.get(rank, 0)
+            if table == "raw_events":  # (the reader wrote each rank's file)
+                continue
+            folder = parts / table
+            if any(counts.get(rank) for rank in ranks):
+                con.execute(f"COPY (SELECT *, rank AS _pack_rank FROM {table}) TO '{sql_text(folder)}'"
+                            " (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (_pack_rank))")
+            empty = None
+            for tf, _, target in reads:
+                found = sorted((folder / f"_pack_rank={tf.rank}").glob("*.parquet"))
+                if len(found) == 1:
+                    shutil.move(found[0], target / f"{table}.parquet")
+                    continue
+                if found:  # (DuckDB split a rank's rows over files: that rank's rows written again)
+                    con.execute(f"COPY (SELECT * FROM {table} WHERE rank = {int(tf.rank)}) TO "
+                                f"'{sql_text(target / f'{table}.parquet')}' (FORMAT parquet, COMPRESSION zstd)")
+                    continue
+                if empty is None:  # no rows of that rank: the table's empty file
+                    empty = parts / f"{table}.empty.parquet"
+                    con.execute(f"COPY (SELECT * FROM {table} LIMIT 0) TO '{sql_text(empty)}'"
+                                " (FORMAT parquet, COMPRESSION zstd)")
+                shutil.copyfile(empty, target / f"{table}.parquet")
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+    share = (time.process_time() - t0) / len(reads)
+    out = {}
+    for tf, _, target in reads:
+        t1 = time.process_time()
+        files = shard_files(store, tf.rank, target)
+        out[tf.rank] = (rows[tf.rank], files, share + time.process_time() - t1)
+    return out
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _drop_raw_events(con) -> None:
+    """raw_events is a table (the schema's, or a rank read through DuckDB) or a view (over a
+    rank's Parquet file): drop whichever it is."""
+    (kind,) = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'main'"
+                          " AND table_name = 'raw_events'").fetchone() or (None,)
+    if kind == "VIEW":
+        con.execute("DROP VIEW raw_events")
+    elif kind is not None:
+        con.execute("DROP TABLE raw_events")
+
+
+def _empty_raw_events(con) -> None:
+    """An empty raw_events table for the next rank's read (read.py fixes rare rows in it)."""
+    _drop_raw_events(con)
+    con.execute("CREATE TABLE raw_events AS SELECT * FROM _raw_events_empty")
