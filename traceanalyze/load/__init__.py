@@ -160,6 +160,8 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
         notes += [_failure_issue(o) for o in failed]
         notes += [_repaired_issue(p) for p in damaged if p.rank not in {o.rank for o in failed}]
         good = [tf.rank for tf in discovery.files if tf.rank not in {o.rank for o in failed}]
+        if not store.remote:  # shards this load's maps just wrote (their hashes taken as written) need no second check
+            verified |= {o.rank for o in outcomes if o.manifest is not None}
         result = reduce_to_db(store, good, db_path, notes, say, meta={
             "target": str(target), "fingerprint": fingerprint,
             "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified)
