@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import duckdb
 
-from traceanalyze.db.frames import insert_rows
+from traceanalyze.db.insert_rows import insert_rows
 
 LAUNCH_SLACK_NS = 2_000      # a kernel starting this soon after its launch returns waited for the launch
 MAX_SEGMENTS_PER_STEP = 5_000
