@@ -144,3 +144,35 @@ def test_a_sleep_inside_a_range_is_host_time_not_compute(scenario):
     f = _straggler(findings, injected["rank"])
     assert f.evidence["cause"] == ("host" if SCENARIOS[name] else "compute")
     assert f.evidence["compute_excess_ms"] > 0.5 * f.evidence["late_ms"]  # what the phases alone say
+
+
+def test_median_of_others_is_the_median_without_the_rank_at_any_group_size():
+    """region_excess's median of the other ranks (median_of_others, fed only the values at the
+    middle places) against Python's median of the list without that rank, members without the
+    region counting 0: random groups of 2 to 2,000 ranks, ties and zeros included."""
+    import random
+
+    import traceanalyze.db as tracedb
+
+    rng = random.Random(20261126)
+    con = duckdb.connect()
+    try:
+        tracedb.create_macros(con, temporary=True)
+        checked = 0
+        for _ in range(300):
+            n = rng.choice([2, 3, 4, 5, rng.randint(6, 60), rng.randint(61, 2000)])
+            present = sorted(rng.choice([rng.randint(0, 5), rng.randint(0, 10**6)]) for _ in range(rng.randint(1, n)))
+            zeros = n - len(present)
+            values = [0] * zeros + present  # the group's values in place order (absent members first, as 0)
+            h = n // 2
+            middle = [present[i - zeros - 1] if zeros < i <= n else None for i in (h, h + 1, h + 2)]
+            for me in {rng.randrange(len(present)) for _ in range(3)}:
+                place = zeros + present.index(present[me]) + 1  # the first place of its value (rank() over the values)
+                others = values[:zeros + me] + values[zeros + me + 1:]
+                (got,) = con.execute("SELECT median_of_others(?, ?, ?, ?, ?, ?)",
+                                     [n, zeros, place, *middle]).fetchone()
+                assert got == median(others), (n, zeros, present[me], got, median(others))
+                checked += 1
+        assert checked >= 300
+    finally:
+        con.close()

@@ -28,7 +28,7 @@ flagged AS (   -- the latest rank of a step (of its own making), when it is late
 ),
 waits AS (     -- the other ranks' wait for the late rank, inside the same collective
     SELECT f.rank, f.step, median(a.wait_for_last_ns) AS others_wait_ns,
-           string_agg(DISTINCT a.rank::VARCHAR, ',' ORDER BY a.rank::VARCHAR) AS others
+           rank_ranges(list(a.rank)) AS others
     FROM flagged AS f
     JOIN collective_arrivals AS a ON a.step = f.step AND a.process_group = f.process_group
         AND a.op = f.op AND a.op_index = f.op_index AND a.rank <> f.rank

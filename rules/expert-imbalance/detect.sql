@@ -49,7 +49,7 @@ SELECT
     h.hot_rank AS rank,
     h.process_group,
     coalesce(pg.dimension, 'unknown') AS dimension,
-    (SELECT string_agg(r.rank::VARCHAR, ',' ORDER BY r.rank) FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank <> h.hot_rank) AS others,
+    rank_ranges((SELECT list(r.rank) FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank <> h.hot_rank)) AS others,
     h.ratio AS imbalance_ratio,
     h.max_ratio AS max_imbalance_ratio,
     h.uneven_n AS uneven_all_to_alls_count,

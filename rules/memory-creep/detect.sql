@@ -45,7 +45,7 @@ SELECT
     NULL::DOUBLE AS ms_per_step,
     NULL::DOUBLE AS pct_of_step,
     device_kind,
-    array_to_string(list(rank ORDER BY rank), ', ') AS ranks_text,
+    rank_ranges(list(rank)) AS ranks_text,
     median(slope_bytes)::BIGINT AS growth_per_step_bytes,
     round(median(slope_bytes) / 1048576.0, 1) AS growth_per_step_mib,
     max(last_bytes - first_bytes) AS growth_bytes,

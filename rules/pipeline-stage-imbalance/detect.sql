@@ -34,7 +34,7 @@ SELECT
     e.slow_ns / 1e6 AS slow_stage_compute_ms,
     e.fast_ns / 1e6 AS fast_stage_compute_ms,
     e.slow_ns / e.fast_ns AS compute_ratio,
-    array_to_string(s.ranks, ',') AS slow_ranks_text,
+    rank_ranges(s.ranks) AS slow_ranks_text,
     e.per_stage,
     e.step_ns / 1e6 AS median_step_ms
 FROM ends AS e JOIN per_stage AS s ON s.stage = e.slow_stage

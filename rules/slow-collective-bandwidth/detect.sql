@@ -75,7 +75,7 @@ SELECT
     f.reference_gb_per_s,
     f.reference_pct,
     f.reference_text,
-    array_to_string(f.ranks, ',') AS ranks_text,
+    rank_ranges(f.ranks) AS ranks_text,
     coalesce(nullif(array_to_string(f.hosts, ', '), ''), 'unknown hosts') AS hosts_text
 FROM findings AS f CROSS JOIN step_time AS t
 ORDER BY ms_per_step DESC, f.process_group, f.cause;

@@ -52,6 +52,17 @@ CREATE OR REPLACE MACRO collective_moved_bytes(op, bytes, ranks) AS (
     CASE WHEN op = 'all_gather' THEN bytes * ranks ELSE bytes END
 );
 
+-- global ranks as short text for a message, in order, runs of three or more as ranges: rank_ranges([5, 0, 1, 2, 3, 7, 8]) -> '0-3,5,7,8' (NULL for an empty list); at 1,024 ranks a title says '0-426,428-1023', not every rank
+CREATE OR REPLACE MACRO rank_ranges(ranks) AS (
+    SELECT string_agg(CASE WHEN hi - lo >= 2 THEN lo::VARCHAR || '-' || hi::VARCHAR
+                           WHEN hi > lo THEN lo::VARCHAR || ',' || hi::VARCHAR
+                           ELSE lo::VARCHAR END, ',' ORDER BY lo)
+    FROM (SELECT min(r) AS lo, max(r) AS hi
+          FROM (SELECT r, r - row_number() OVER (ORDER BY r) AS run
+                FROM (SELECT DISTINCT unnest(ranks) AS r) WHERE r IS NOT NULL)
+          GROUP BY run)
+);
+
 -- the most frequent non-NULL value of a list, ties broken by the smallest value: mode() with the same answer on every run (DuckDB's mode() picks any of tied values), e.g. stable_mode(list(cause))
 CREATE OR REPLACE MACRO stable_mode(xs) AS (
     SELECT v FROM (SELECT unnest(xs) AS v) WHERE v IS NOT NULL GROUP BY v ORDER BY count(*) DESC, v LIMIT 1
@@ -90,6 +101,20 @@ CREATE OR REPLACE MACRO median_without(xs, zeros, p) AS (
                                                    ELSE (zeros + len(xs) - 1) // 2 + 1 END)
               + sorted_with_zeros_at(xs, zeros, CASE WHEN (zeros + len(xs) - 1) // 2 + 1 < p THEN (zeros + len(xs) - 1) // 2 + 1
                                                      ELSE (zeros + len(xs) - 1) // 2 + 2 END)) / 2.0
+    END
+);
+
+-- the median of n sorted values leaving out the one at 1-based place p, given only the values at the places h, h + 1, h + 2 (h = n // 2) and that the first `zeros` places hold 0: median_without's answer without the whole list (region_excess); NULL when nothing is left
+CREATE OR REPLACE MACRO median_of_others(n, zeros, p, v1, v2, v3) AS (
+    CASE
+        WHEN n <= 1 THEN NULL
+        WHEN (n - 1) % 2 = 1 THEN
+            CASE WHEN n // 2 < p THEN (CASE WHEN n // 2 <= zeros THEN 0 ELSE v1 END)
+                 ELSE (CASE WHEN n // 2 + 1 <= zeros THEN 0 ELSE v2 END) END
+        ELSE ((CASE WHEN n // 2 < p THEN (CASE WHEN n // 2 <= zeros THEN 0 ELSE v1 END)
+                    ELSE (CASE WHEN n // 2 + 1 <= zeros THEN 0 ELSE v2 END) END)
+              + (CASE WHEN n // 2 + 1 < p THEN (CASE WHEN n // 2 + 1 <= zeros THEN 0 ELSE v2 END)
+                      ELSE (CASE WHEN n // 2 + 2 <= zeros THEN 0 ELSE v3 END) END)) / 2.0
     END
 );
 

@@ -3,7 +3,8 @@
 -- A rank is compared with the ranks of its group when that is known: the process group of the
 -- collective where it is latest in the step (step_lateness), whose members are the ranks with a
 -- collective of that group in the step; else with all other ranks. A rank without the region
--- counts 0. The other ranks' median leaves the rank itself out (median_without, no self-join).
+-- counts 0. The other ranks' median leaves the rank itself out (median_of_others: from the rank's place
+-- and the values at the middle places, so the cost grows as rows, not as ranks x ranks).
 
 -- Per (rank, aligned step, region): the rank's time, own time and idle time inside the region against the other ranks' median (of its group when known).
 CREATE OR REPLACE TABLE region_excess AS
@@ -21,24 +22,41 @@ members AS (
     SELECT u.step, u.peer_group, r.rank FROM used AS u CROSS JOIN ranks AS r WHERE u.peer_group IS NULL
 ),
 sizes AS (SELECT step, peer_group, count(*) AS n FROM members GROUP BY step, peer_group),
-sorted AS (         -- per group and region: the members' values, ascending (members without it are the zeros)
-    SELECT m.step, m.peer_group, g.kind, g.name, count(*) AS present,
-           list(g.time_ns ORDER BY g.time_ns) AS times, list(g.self_ns ORDER BY g.self_ns) AS selfs,
-           list(g.idle_ns ORDER BY g.idle_ns) AS idles
+positioned AS (     -- per group and region: each member's values and their 1-based places among the members that have it, ascending
+    SELECT m.step, m.peer_group, g.kind, g.name, m.rank, g.time_ns, g.self_ns, g.idle_ns,
+           count(*) OVER w AS present,
+           rank() OVER (w ORDER BY g.time_ns) AS time_place, row_number() OVER (w ORDER BY g.time_ns) AS time_row,
+           rank() OVER (w ORDER BY g.self_ns) AS self_place, row_number() OVER (w ORDER BY g.self_ns) AS self_row,
+           rank() OVER (w ORDER BY g.idle_ns) AS idle_place, row_number() OVER (w ORDER BY g.idle_ns) AS idle_row
     FROM members AS m JOIN step_regions AS g ON g.rank = m.rank AND g.step = m.step
-    GROUP BY m.step, m.peer_group, g.kind, g.name
+    WINDOW w AS (PARTITION BY m.step, m.peer_group, g.kind, g.name)
+),
+middles AS (        -- the values at the places h, h + 1, h + 2 (h = n // 2; members without the region are zeros placed first): all a median without one member needs
+    SELECT p.step, p.peer_group, p.kind, p.name, z.n, z.n - p.present AS zeros,
+           max(p.time_ns) FILTER (WHERE p.time_row = z.n // 2 - (z.n - p.present)) AS time_1,
+           max(p.time_ns) FILTER (WHERE p.time_row = z.n // 2 + 1 - (z.n - p.present)) AS time_2,
+           max(p.time_ns) FILTER (WHERE p.time_row = z.n // 2 + 2 - (z.n - p.present)) AS time_3,
+           max(p.self_ns) FILTER (WHERE p.self_row = z.n // 2 - (z.n - p.present)) AS self_1,
+           max(p.self_ns) FILTER (WHERE p.self_row = z.n // 2 + 1 - (z.n - p.present)) AS self_2,
+           max(p.self_ns) FILTER (WHERE p.self_row = z.n // 2 + 2 - (z.n - p.present)) AS self_3,
+           max(p.idle_ns) FILTER (WHERE p.idle_row = z.n // 2 - (z.n - p.present)) AS idle_1,
+           max(p.idle_ns) FILTER (WHERE p.idle_row = z.n // 2 + 1 - (z.n - p.present)) AS idle_2,
+           max(p.idle_ns) FILTER (WHERE p.idle_row = z.n // 2 + 2 - (z.n - p.present)) AS idle_3
+    FROM positioned AS p JOIN sizes AS z ON z.step = p.step AND z.peer_group IS NOT DISTINCT FROM p.peer_group
+    GROUP BY p.step, p.peer_group, p.kind, p.name, z.n, p.present
 ),
 compared AS (
-    SELECT g.rank, g.step, g.kind, g.name, k.peer_group, z.n - 1 AS peers_count,
+    SELECT g.rank, g.step, g.kind, g.name, k.peer_group, d.n - 1 AS peers_count,
            g.time_ns, g.self_ns, g.idle_ns,
-           median_without(s.times, z.n - s.present, z.n - s.present + list_position(s.times, g.time_ns)) AS others_time_ns,
-           median_without(s.selfs, z.n - s.present, z.n - s.present + list_position(s.selfs, g.self_ns)) AS others_self_ns,
-           median_without(s.idles, z.n - s.present, z.n - s.present + list_position(s.idles, g.idle_ns)) AS others_idle_ns
+           median_of_others(d.n, d.zeros, d.zeros + p.time_place, d.time_1, d.time_2, d.time_3) AS others_time_ns,
+           median_of_others(d.n, d.zeros, d.zeros + p.self_place, d.self_1, d.self_2, d.self_3) AS others_self_ns,
+           median_of_others(d.n, d.zeros, d.zeros + p.idle_place, d.idle_1, d.idle_2, d.idle_3) AS others_idle_ns
     FROM step_regions AS g
     JOIN keys AS k ON k.rank = g.rank AND k.step = g.step
-    JOIN sizes AS z ON z.step = k.step AND z.peer_group IS NOT DISTINCT FROM k.peer_group
-    JOIN sorted AS s ON s.step = k.step AND s.peer_group IS NOT DISTINCT FROM k.peer_group
-        AND s.kind = g.kind AND s.name = g.name
+    JOIN positioned AS p ON p.rank = g.rank AND p.step = g.step AND p.peer_group IS NOT DISTINCT FROM k.peer_group
+        AND p.kind = g.kind AND p.name = g.name
+    JOIN middles AS d ON d.step = k.step AND d.peer_group IS NOT DISTINCT FROM k.peer_group
+        AND d.kind = g.kind AND d.name = g.name
 )
 SELECT
     rank,                                   -- global rank
