@@ -57,38 +57,62 @@ WITH worst AS (
            max(late_ns) AS late_ns
     FROM collective_arrivals GROUP BY rank, step
 ),
-at_collective AS (
-    SELECT w.*, a.rank AS peer, a.arrival_rel_ns AS peer_arrival_rel_ns
-    FROM worst AS w
-    JOIN collective_arrivals AS a ON a.step = w.step AND a.process_group = w.process_group
-        AND a.op = w.op AND a.op_index = w.op_index
+instances AS (        -- the collectives some rank is latest at (many ranks share one)
+    SELECT DISTINCT step, process_group, op, op_index FROM worst
 ),
-before_arrival AS (   -- each rank's phase time from its step start to its arrival at that collective
-    SELECT c.rank, c.step, c.peer, p.phase,
+at_collective AS (    -- their members and when each arrived
+    SELECT i.step, i.process_group, i.op, i.op_index, a.rank AS peer, a.arrival_rel_ns AS peer_arrival_rel_ns
+    FROM instances AS i
+    JOIN collective_arrivals AS a ON a.step = i.step AND a.process_group = i.process_group
+        AND a.op = i.op AND a.op_index = i.op_index
+),
+before_arrival AS (   -- each member's phase time from its step start to its arrival at that collective
+    SELECT c.step, c.process_group, c.op, c.op_index, c.peer, p.phase,
            sum(greatest(0, least(p.start_rel_ns + p.dur_ns, c.peer_arrival_rel_ns) - p.start_rel_ns)) AS ns
     FROM at_collective AS c
     JOIN phase_intervals AS p ON p.rank = c.peer AND p.step = c.step AND p.start_rel_ns < c.peer_arrival_rel_ns
-    GROUP BY c.rank, c.step, c.peer, p.phase
+    GROUP BY c.step, c.process_group, c.op, c.op_index, c.peer, p.phase
 ),
 groups AS (
-    SELECT rank, step, peer,
-           sum(ns) FILTER (WHERE phase IN ('data_wait', 'h2d')) AS input_ns,
-           sum(ns) FILTER (WHERE phase IN ('forward', 'backward', 'optimizer')) AS compute_ns,
-           sum(ns) FILTER (WHERE phase = 'other') AS host_ns,
-           sum(ns) FILTER (WHERE phase IN ('comm_exposed', 'pipeline_wait')) AS comm_ns
-    FROM before_arrival GROUP BY rank, step, peer
+    SELECT step, process_group, op, op_index, peer,
+           coalesce(sum(ns) FILTER (WHERE phase IN ('data_wait', 'h2d')), 0) AS input_ns,
+           coalesce(sum(ns) FILTER (WHERE phase IN ('forward', 'backward', 'optimizer')), 0) AS compute_ns,
+           coalesce(sum(ns) FILTER (WHERE phase = 'other'), 0) AS host_ns,
+           coalesce(sum(ns) FILTER (WHERE phase IN ('comm_exposed', 'pipeline_wait')), 0) AS comm_ns
+    FROM before_arrival GROUP BY step, process_group, op, op_index, peer
 ),
-excess AS (
-    SELECT g.rank, g.step,
-           any_value(coalesce(g.input_ns, 0)) FILTER (WHERE g.peer = g.rank)
-               - median(coalesce(g.input_ns, 0)) FILTER (WHERE g.peer <> g.rank) AS input_excess_ns,
-           any_value(coalesce(g.compute_ns, 0)) FILTER (WHERE g.peer = g.rank)
-               - median(coalesce(g.compute_ns, 0)) FILTER (WHERE g.peer <> g.rank) AS compute_excess_ns,
-           any_value(coalesce(g.host_ns, 0)) FILTER (WHERE g.peer = g.rank)
-               - median(coalesce(g.host_ns, 0)) FILTER (WHERE g.peer <> g.rank) AS host_excess_ns,
-           any_value(coalesce(g.comm_ns, 0)) FILTER (WHERE g.peer = g.rank)
-               - median(coalesce(g.comm_ns, 0)) FILTER (WHERE g.peer <> g.rank) AS comm_excess_ns
-    FROM groups AS g GROUP BY g.rank, g.step
+placed AS (           -- each member's place among the members' values (the other members' median is then median_of_others: no rank x rank join)
+    SELECT *, count(*) OVER w AS n,
+           rank() OVER (w ORDER BY input_ns) AS input_place, row_number() OVER (w ORDER BY input_ns) AS input_row,
+           rank() OVER (w ORDER BY compute_ns) AS compute_place, row_number() OVER (w ORDER BY compute_ns) AS compute_row,
+           rank() OVER (w ORDER BY host_ns) AS host_place, row_number() OVER (w ORDER BY host_ns) AS host_row,
+           rank() OVER (w ORDER BY comm_ns) AS comm_place, row_number() OVER (w ORDER BY comm_ns) AS comm_row
+    FROM groups
+    WINDOW w AS (PARTITION BY step, process_group, op, op_index)
+),
+middles AS (
+    SELECT step, process_group, op, op_index, n,
+           max(input_ns) FILTER (WHERE input_row = n // 2) AS input_1, max(input_ns) FILTER (WHERE input_row = n // 2 + 1) AS input_2,
+           max(input_ns) FILTER (WHERE input_row = n // 2 + 2) AS input_3,
+           max(compute_ns) FILTER (WHERE compute_row = n // 2) AS compute_1, max(compute_ns) FILTER (WHERE compute_row = n // 2 + 1) AS compute_2,
+           max(compute_ns) FILTER (WHERE compute_row = n // 2 + 2) AS compute_3,
+           max(host_ns) FILTER (WHERE host_row = n // 2) AS host_1, max(host_ns) FILTER (WHERE host_row = n // 2 + 1) AS host_2,
+           max(host_ns) FILTER (WHERE host_row = n // 2 + 2) AS host_3,
+           max(comm_ns) FILTER (WHERE comm_row = n // 2) AS comm_1, max(comm_ns) FILTER (WHERE comm_row = n // 2 + 1) AS comm_2,
+           max(comm_ns) FILTER (WHERE comm_row = n // 2 + 2) AS comm_3
+    FROM placed GROUP BY step, process_group, op, op_index, n
+),
+excess AS (           -- the rank's phase time before its arrival against the other members' median (NULL when the rank has none)
+    SELECT w.rank, w.step,
+           p.input_ns - median_of_others(d.n, 0, p.input_place, d.input_1, d.input_2, d.input_3) AS input_excess_ns,
+           p.compute_ns - median_of_others(d.n, 0, p.compute_place, d.compute_1, d.compute_2, d.compute_3) AS compute_excess_ns,
+           p.host_ns - median_of_others(d.n, 0, p.host_place, d.host_1, d.host_2, d.host_3) AS host_excess_ns,
+           p.comm_ns - median_of_others(d.n, 0, p.comm_place, d.comm_1, d.comm_2, d.comm_3) AS comm_excess_ns
+    FROM worst AS w
+    JOIN placed AS p ON p.step = w.step AND p.process_group = w.process_group AND p.op = w.op
+        AND p.op_index = w.op_index AND p.peer = w.rank
+    JOIN middles AS d ON d.step = w.step AND d.process_group = w.process_group AND d.op = w.op
+        AND d.op_index = w.op_index
 )
 SELECT
     w.rank,                                 -- global rank
