@@ -188,7 +188,41 @@ def test_small_ranks_are_packed_and_a_failed_rank_in_a_pack_fails_alone(tmp_path
 def test_a_pack_mapped_in_one_database_writes_each_rank_what_its_own_map_writes(tmp_path, scenario):
     """Every rank of the folder in one pack (one DuckDB database) against each rank mapped
     alone: the same row counts and the same rows, table by table, and one manifest per rank."""
-    tfs = sorted(discover(FIXTURES.parent / scenario).files, key=lambda tf: tf.rank)
+    _assert_pack_maps_as_alone(sorted(discover(FIXTURES.parent / scenario).files, key=lambda tf: tf.rank), tmp_path)
+
+
+def test_a_pack_of_odd_ranks_protobuf_truncated_and_begin_end_maps_each_as_alone(tmp_path):
+    """The reads that fix rows in the database (a Perfetto protobuf rank, B/E pairs) and a
+    truncated rank, packed together with a plain rank: each rank's shard as when it is mapped
+    alone, and the truncated rank's issue kept on that rank only."""
+    import pftrace_convert
+
+    src = _rank_files(FIXTURES / SCENARIO)
+    traces = tmp_path / "t"
+    traces.mkdir()
+    pftrace_convert.convert_file(src[0], traces / "rank0.pftrace")
+    text = gzip.decompress(src[1].read_bytes())
+    (traces / "rank1.pt.trace.json").write_bytes(text[: int(len(text) * 0.8)])  # cut in the middle of an event
+    doc = json.loads(gzip.decompress(src[2].read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"][:50]
+    for e in ops:  # 50 ops as B/E pairs
+        doc["traceEvents"].remove(e)
+        begin = {k: v for k, v in e.items() if k != "dur"}
+        doc["traceEvents"] += [{**begin, "ph": "B"}, {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]}]
+    (traces / "rank2.pt.trace.json").write_text(json.dumps(doc))
+    shutil.copy(src[3], traces / src[3].name)
+    tfs = sorted(discover(traces).files, key=lambda tf: tf.rank)
+    assert [tf.rank for tf in tfs] == [0, 1, 2, 3]
+    _assert_pack_maps_as_alone(tfs, tmp_path)
+    with duckdb.connect() as con:
+        kinds = {rank: {k for (k,) in con.execute(
+            "SELECT kind FROM read_parquet(?)", [str(tmp_path / "together" / f"rank={rank}" / "load_issues.parquet")]
+        ).fetchall()} for rank in range(4)}
+    assert "truncated" in kinds[1] and not any("truncated" in kinds[r] for r in (0, 2, 3))
+    assert "begin-end" in kinds[2] and not any("begin-end" in kinds[r] for r in (0, 1, 3))
+
+
+def _assert_pack_maps_as_alone(tfs, tmp_path) -> None:
     assert len(tfs) > 1
     (pack,) = packs(tfs, workers=1)  # (the whole folder is far under a pack's bytes)
     together, alone = tmp_path / "together", tmp_path / "alone"
@@ -200,7 +234,7 @@ def test_a_pack_mapped_in_one_database_writes_each_rank_what_its_own_map_writes(
     try:
         for tf in tfs:
             mine, own = ShardStore(str(together)).read_manifest(tf.rank), ShardStore(str(alone)).read_manifest(tf.rank)
-            assert mine["rows"] == own["rows"] and mine["events"] == own["events"]
+            assert mine["rows"] == own["rows"] and mine["events"] == own["events"] and mine["notes"] == own["notes"]
             for table in SHARD_TABLES:
                 query = "SELECT * FROM read_parquet(?) ORDER BY ALL"
                 rows = con.execute(query, [str(together / f"rank={tf.rank}" / f"{table}.parquet")]).fetchall()
