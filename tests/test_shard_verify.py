@@ -27,7 +27,7 @@ from traceanalyze.load import load_trace_dir, reduce
 from traceanalyze.load.map import map_rank
 from traceanalyze.load.discover import identify
 from traceanalyze.load.shards import LOCK, MANIFEST, SHARD_TABLES
-from traceanalyze.load.verify import verify_shard
+from traceanalyze.load.verify import verify_shard, verify_shards
 
 SCENARIO = "input_straggler"
 INJECTED = json.loads((FIXTURES / SCENARIO / "expected.json").read_text())["injected"]
@@ -152,6 +152,34 @@ def test_another_ranks_file_is_detected_by_hash_and_by_its_rank_column(shard_set
     (issue,) = _issues(summary, "shard-corrupt")
     assert (issue["rank"], issue["file"]) == (3, str(victim))
     assert f"holds {n_rows:,} rows of rank 0, not of rank 3" in issue["message"]
+
+
+def test_many_shards_checked_at_once_give_each_shard_its_own_answer(shard_sets, tmp_path):
+    """verify_shards (the reduce's check, one query per table for all shards) against
+    verify_shard of each shard alone: files of other ranks with re-hashed manifests (so only
+    their rank column tells), one shard with two such files (the first table in shard order is
+    named), and intact shards."""
+    shards = _copy_shards(shard_sets, "orphaned", tmp_path)
+    for victim_rank, donor_rank, tables in [(3, 0, ["cpu_ops", "steps"]), (1, 2, ["cpu_ops"])]:
+        manifest_path = shards / f"rank={victim_rank}" / MANIFEST
+        manifest = json.loads(manifest_path.read_text())
+        for table in tables:
+            victim = shards / f"rank={victim_rank}" / f"{table}.parquet"
+            shutil.copyfile(shards / f"rank={donor_rank}" / f"{table}.parquet", victim)
+            manifest["files"][f"{table}.parquet"] = {"size_bytes": victim.stat().st_size, "xxh3_128": _xxh3(victim)}
+        manifest_path.write_text(json.dumps(manifest))
+    items = [(str(shards / f"rank={r}"), json.loads((shards / f"rank={r}" / MANIFEST).read_text()), r) for r in range(4)]
+    with duckdb.connect() as con:
+        together = verify_shards(items, con)
+    alone = {rank: verify_shard(folder, manifest, rank) for folder, manifest, rank in items}
+    assert together == alone
+    assert together[0] is None and together[2] is None
+    first = SHARD_TABLES.index("steps") < SHARD_TABLES.index("cpu_ops")
+    assert together[3].file == str(shards / "rank=3" / f"{'steps' if first else 'cpu_ops'}.parquet")
+    assert together[1].file == str(shards / "rank=1" / "cpu_ops.parquet")
+    with duckdb.connect() as con:
+        (n_rows,) = con.execute("SELECT count(*) FROM read_parquet(?)", [str(shards / "rank=2" / "cpu_ops.parquet")]).fetchone()
+    assert together[1].problem == f"it holds {n_rows:,} rows of rank 2, not of rank 1 (its folder)"
 
 
 def test_damaged_or_old_shards_are_mapped_again_when_their_traces_are_there(shard_sets, tmp_path):

@@ -21,7 +21,7 @@ from traceanalyze.critical_path import build_critical_path
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
-from traceanalyze.load.verify import ShardProblem, verify_shard
+from traceanalyze.load.verify import ShardProblem, verify_shards
 
 # a shard set up to this size (Parquet bytes, all ranks) is copied into trace.duckdb. Copying
 # costs DuckDB about 0.3 CPU s per MB of Parquet (it decodes and recompresses every row: a
@@ -135,6 +135,7 @@ def usable_shards(store: ShardStore, ranks: list[int], cache_root: str,
     folders = localize(store, ranks, cache_root)
     shards, stale, damaged = [], [], []
     with duckdb.connect(config={"threads": 1}) as con:  # (reads the files' statistics)
+        current = []
         for rank in ranks:
             folder = folders[rank]
             manifest = ShardStore(folder.rsplit(os.sep, 1)[0]).read_manifest(rank) \
@@ -142,7 +143,10 @@ def usable_shards(store: ShardStore, ranks: list[int], cache_root: str,
             if not is_current(manifest):
                 stale.append(rank)
                 continue
-            problem = None if rank in verified else verify_shard(folder, manifest, rank, con)
+            current.append((folder, manifest, rank))
+        problems = verify_shards([c for c in current if c[2] not in verified], con)
+        for folder, manifest, rank in current:
+            problem = problems.get(rank)
             if problem is None:
                 shards.append(Shard(rank, folder, manifest))
             else:

@@ -40,6 +40,64 @@ def verify_shard(folder: str, manifest: dict, rank: int,
     """The first problem of the shard in the local `folder` (rank `rank`), or None when every
     file is the one its manifest describes. `con`: a DuckDB connection to read the files'
     statistics with (one for many shards saves opening one each time)."""
+    problem = _files_problem(folder, manifest, rank)
+    if problem is not None:
+        return problem
+    if con is None:
+        with duckdb.connect(config={"threads": 1}) as own:
+            return _rank_problem(own, folder, rank)
+    return _rank_problem(con, folder, rank)
+
+
+def verify_shards(shards: list[tuple[str, dict, int]], con: duckdb.DuckDBPyConnection) -> dict[int, ShardProblem | None]:
+    """`verify_shard` of many shards ((folder, manifest, rank) each): the same answers, the
+    rank columns of all of them read with one query per table (a query per shard costs 10 ms:
+    10 s at 1,024 ranks)."""
+    out: dict[int, ShardProblem | None] = {}
+    whole = []
+    for folder, manifest, rank in shards:
+        out[rank] = _files_problem(folder, manifest, rank)
+        if out[rank] is None:
+            whole.append((folder, rank))
+    if not whole:
+        return out
+    try:
+        strays = _stray_rows(con, whole)
+    except duckdb.Error:  # (the hashes matched, so this is rare: each shard on its own names the file)
+        for folder, rank in whole:
+            out[rank] = _rank_problem(con, folder, rank)
+        return out
+    for table in SHARD_TABLES:  # (the first table of a shard with stray rows is the one named, as verify_shard does)
+        for folder, rank in whole:
+            if out[rank] is None and ((folder, rank), table) in strays:
+                n, other = strays[((folder, rank), table)]
+                out[rank] = ShardProblem(rank, os.path.join(folder, f"{table}.parquet"),
+                                         f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
+    return out
+
+
+def _stray_rows(con, shards: list[tuple[str, int]]) -> dict[tuple[tuple[str, int], str], tuple[int, int]]:
+    """((folder, rank), table) -> (rows, the smallest other rank) of the files whose `rank`
+    column holds another rank than their folder's. Raises duckdb.Error for a file it cannot
+    read, or a row it cannot tell the file of."""
+    strays: dict[tuple[tuple[str, int], str], tuple[int, int]] = {}
+    for table in SHARD_TABLES:
+        owner = {os.path.normpath(os.path.join(folder, f"{table}.parquet")): (folder, rank) for folder, rank in shards}
+        rows = con.execute(
+            "SELECT filename, rank, count(*) FROM read_parquet(?, filename = true, hive_partitioning = false)"
+            " WHERE rank IS NOT NULL GROUP BY filename, rank", [list(owner)]).fetchall()
+        for filename, rank, n in rows:
+            key = owner.get(os.path.normpath(filename))
+            if key is None:
+                raise duckdb.InvalidInputException(f"a row of {filename!r}, which is not one of the files read")
+            if rank != key[1]:
+                seen, other = strays.get((key, table), (0, rank))
+                strays[(key, table)] = (seen + n, min(other, rank))
+    return strays
+
+
+def _files_problem(folder: str, manifest: dict, rank: int) -> ShardProblem | None:
+    """Checks 1 and 2: the manifest is this rank's, and every file has its recorded size and hash."""
     if manifest.get("rank") != rank:
         return ShardProblem(rank, os.path.join(folder, MANIFEST),
                             f"the manifest of rank {manifest.get('rank')!r}, in the folder of rank {rank}")
@@ -50,10 +108,7 @@ def verify_shard(folder: str, manifest: dict, rank: int,
         problem = _file_problem(os.path.join(folder, f"{table}.parquet"), entries.get(f"{table}.parquet"))
         if problem:
             return ShardProblem(rank, os.path.join(folder, f"{table}.parquet"), problem)
-    if con is None:
-        with duckdb.connect(config={"threads": 1}) as own:
-            return _rank_problem(own, folder, rank)
-    return _rank_problem(con, folder, rank)
+    return None
 
 
 def _file_problem(path: str, entry) -> str | None:
