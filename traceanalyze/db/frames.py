@@ -20,4 +20,3 @@ def to_polars(cur: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame({name: [] for name in columns})
     return pl.DataFrame(rows, schema=columns, orient="row", infer_schema_length=None)
-

@@ -29,8 +29,8 @@ from traceanalyze.load.read import base_time_ns, write_raw_events
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
-# A rank's private database is in memory when its trace is at most this big (JSON bytes,
-# estimated for gzip): a small rank's map is then mostly DuckDB's fixed cost, and a database
+# A map's private database (one rank's, or a pack's) is in memory when its trace is at most
+# this big (JSON bytes, estimated for gzip): a small rank's map is then mostly DuckDB's fixed cost, and a database
 # file adds a third to it (its writes and fsyncs). A bigger one is a file (in RAM-backed
 # /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict under the limit.
 IN_MEMORY_MAX_BYTES = 64 << 20
@@ -59,21 +59,18 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         local = fetched(tf, work)
         target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
         target.mkdir(parents=True, exist_ok=True)
-        small = estimated_uncompressed_bytes(local.path) <= IN_MEMORY_MAX_BYTES
-        con = tracedb.open_quiet(":memory:" if small else work / "rank.duckdb")
+        con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
         try:
-            if threads and not tracedb.chosen_threads():  # (a chosen count applies to the maps too)
-                con.execute(f"SET threads = {int(threads)}")
-            con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
-            read, notes = _build(con, tf, local, target / "raw_events.parquet", threads or 0)
+            read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0)
+            t0 = time.process_time()
+            build_rank_tables(con, [tf])
+            read.stage_s["tables_cpu"] = time.process_time() - t0
             t0 = time.process_time()
             rows, files = write_tables(con, store, tf.rank, target)
             read.stage_s["write_tables_cpu"] = time.process_time() - t0
         finally:
             con.close()
-        manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes, rows, files)
-        manifest["notes"] = notes
-        manifest["stage_s"] = {k: round(v, 4) for k, v in read.stage_s.items()}
+        manifest = rank_manifest(tf, read, rows, files)
         store.write_manifest(tf.rank, manifest)
         return manifest
     except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
@@ -102,20 +99,29 @@ def sql_text(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
-def _build(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> tuple[RankRead, list[str]]:
-    open_rank_database(con, estimated_uncompressed_bytes(local.path))
-    read = read_rank_events(con, tf, local, raw_path, threads)
-    t0 = time.process_time()
-    build_rank_tables(con, [tf])
-    read.stage_s["tables_cpu"] = time.process_time() - t0
-    return read, [kind for kind, _, _ in read.notes]
+def open_private_database(work: Path, events_bytes: int, threads: int | None) -> duckdb.DuckDBPyConnection:
+    """A map's private database for `events_bytes` of trace (in memory when small, else a file in
+    `work`, spilling there too): the raw tables, the macros and the memory limit."""
+    con = tracedb.open_quiet(":memory:" if events_bytes <= IN_MEMORY_MAX_BYTES else work / "rank.duckdb")
+    try:
+        if threads and not tracedb.chosen_threads():  # (a chosen count applies to the maps too)
+            con.execute(f"SET threads = {int(threads)}")
+        con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
+        tracedb.create_schema(con)
+        tracedb.create_macros(con)
+        limit_memory(con, events_bytes)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
-def open_rank_database(con, events_bytes: int) -> None:
-    """The raw tables, the macros and the memory limit of a map's private database."""
-    tracedb.create_schema(con)
-    tracedb.create_macros(con)
-    limit_memory(con, events_bytes)
+def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: dict[str, dict]) -> dict:
+    """The manifest of a rank's shard, with the read's notes and stage times."""
+    manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes, rows, files)
+    manifest["notes"] = [kind for kind, _, _ in read.notes]
+    manifest["stage_s"] = {k: round(v, 4) for k, v in read.stage_s.items()}
+    return manifest
 
 
 def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> RankRead:

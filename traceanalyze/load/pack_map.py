@@ -21,15 +21,14 @@ from pathlib import Path
 
 import duckdb
 
-import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.map import (IN_MEMORY_MAX_BYTES, build_rank_tables, fetched, map_rank_locked,
-                                   open_rank_database, read_rank_events, shard_files, sql_text)
+from traceanalyze.load.map import (build_rank_tables, fetched, map_rank_locked, open_private_database,
+                                   rank_manifest, read_rank_events, shard_files, sql_text)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.shards import SHARD_TABLES, ShardStore, new_manifest, rank_lock
+from traceanalyze.load.shards import SHARD_TABLES, ShardStore, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 from traceanalyze.load.stale import staging_prefix
 
@@ -65,13 +64,9 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
         store.forget(tf.rank)
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir(files)))
     try:
-        sizes = {tf.rank: estimated_uncompressed_bytes(tf.path) if not tf.url else tf.size_bytes for tf in files}
-        con = tracedb.open_quiet(":memory:" if sum(sizes.values()) <= IN_MEMORY_MAX_BYTES else work / "pack.duckdb")
+        events_bytes = sum(tf.size_bytes if tf.url else estimated_uncompressed_bytes(tf.path) for tf in files)
+        con = open_private_database(work, events_bytes, threads)
         try:
-            if threads and not tracedb.chosen_threads():
-                con.execute(f"SET threads = {int(threads)}")
-            con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
-            open_rank_database(con, sum(sizes.values()))
             con.execute("CREATE TEMP TABLE _raw_events_empty AS SELECT * FROM raw_events LIMIT 0")
             reads: list[tuple[TraceFile, RankRead, Path]] = []
             for tf in files:
@@ -100,11 +95,7 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
                 rows, table_files, write_cpu = written[tf.rank]
                 read.stage_s["tables_cpu"] = tables_cpu  # (the pack's, shared evenly)
                 read.stage_s["write_tables_cpu"] = write_cpu
-                manifest = new_manifest(tf, read.metadata.get("host_name"), read.events, read.events_bytes,
-                                        rows, table_files)
-                manifest["notes"] = [kind for kind, _, _ in read.notes]
-                manifest["stage_s"] = {k: round(v, 4) for k, v in read.stage_s.items()}
-                finished.append((tf, manifest))
+                finished.append((tf, rank_manifest(tf, read, rows, table_files)))
         finally:
             con.close()
         for tf, manifest in finished:  # manifests last: a shard is trusted once every table is written

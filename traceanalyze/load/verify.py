@@ -71,8 +71,7 @@ def verify_shards(shards: list[tuple[str, dict, int]], con: duckdb.DuckDBPyConne
         for folder, rank in whole:
             if out[rank] is None and ((folder, rank), table) in strays:
                 n, other = strays[((folder, rank), table)]
-                out[rank] = ShardProblem(rank, os.path.join(folder, f"{table}.parquet"),
-                                         f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
+                out[rank] = _stray_problem(rank, os.path.join(folder, f"{table}.parquet"), n, other)
     return out
 
 
@@ -147,9 +146,12 @@ def _rank_problem(con, folder: str, rank: int) -> ShardProblem | None:
         return _unreadable(con, paths, rank)
     for i, n, other in sorted(rows):
         if n:
-            return ShardProblem(rank, paths[i],
-                                f"it holds {n:,} rows of rank {other}, not of rank {rank} (its folder)")
+            return _stray_problem(rank, paths[i], n, other)
     return None
+
+
+def _stray_problem(rank: int, path: str, rows: int, other: int) -> ShardProblem:
+    return ShardProblem(rank, path, f"it holds {rows:,} rows of rank {other}, not of rank {rank} (its folder)")
 
 
 def _unreadable(con, paths: list[str], rank: int) -> ShardProblem:
