@@ -60,39 +60,18 @@ def _announce(outcome: MapOutcome, say: Progress) -> MapOutcome:
 
 
 def _worker_start(owner_pid: int) -> None:
-    """A pool worker's first act: it stops when it is told to (SIGTERM, SIGINT) and when the
-    command that started it is gone.
-
-    A signal sent to a process goes to any one of its threads that does not block it; the
-    Python handler then runs only once the main thread runs Python code again. An idle worker's
-    main thread waits in a pipe read for its next task, so a SIGTERM that lands on another thread
-    (this module's, DuckDB's, the native reader's) would never be handled, and the pool's
-    shutdown would wait for that worker forever. So the worker blocks SIGTERM and SIGINT in
-    every thread (threads started later inherit the mask); one thread takes them with sigwait
-    and sends the main thread, and only it, `_STOP`, whose handler raises KeyboardInterrupt
-    while a map runs (so map_rank's `finally` removes the rank's work folder, as soon as the
-    statement in DuckDB or the native reader returns to Python) and ends an idle worker at once.
+    """A pool worker's first act: it stops when the command that started it is gone.
 
     The worker's parent is multiprocessing's forkserver, which lives as long as any worker
     does (each holds its pipe), so a parent-death signal would never come. Instead a thread
     waits for the command's process to end (a pidfd, else polling once a second) and then
-    sends the worker SIGTERM."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    signal.signal(_STOP, _worker_terminated)
-    threading.Thread(target=_forward_stop, name="traceanalyze-signals", daemon=True).start()
+    sends the worker SIGTERM. SIGTERM (and SIGINT) in a worker raise KeyboardInterrupt while
+    a map runs, so map_rank's `finally` removes the rank's work folder (as soon as the
+    statement in DuckDB or the native reader returns to Python), and end an idle worker at
+    once."""
+    signal.signal(signal.SIGTERM, _worker_terminated)
+    signal.signal(signal.SIGINT, _worker_terminated)
     threading.Thread(target=_watch_owner, args=(owner_pid,), name="traceanalyze-owner", daemon=True).start()
-
-
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
-_STOP = signal.SIGUSR1  # (sent to the worker's main thread only)
-
-
-def _forward_stop() -> None:
-    global _stop_signum
-    main = threading.main_thread().ident
-    while True:
-        _stop_signum = signal.sigwait(_STOP_SIGNALS)
-        signal.pthread_kill(main, _STOP)
 
 
 def _watch_owner(owner_pid: int) -> None:
@@ -113,13 +92,12 @@ def _watch_owner(owner_pid: int) -> None:
 
 _mapping = False  # (in a worker) a map is running
 _owner_gone = False  # (in a worker) the command that started it has ended
-_stop_signum = signal.SIGTERM  # (in a worker) the stop signal it was sent
 
 
-def _worker_terminated(_signum, _frame) -> None:
+def _worker_terminated(signum, _frame) -> None:
     if _mapping:
         raise KeyboardInterrupt
-    os._exit(128 + _stop_signum)
+    os._exit(128 + signum)
 
 
 def _map_in_worker(pack: list[TraceFile], shards_root: str, threads: int | None) -> list[MapOutcome]:
@@ -133,7 +111,7 @@ def _map_in_worker(pack: list[TraceFile], shards_root: str, threads: int | None)
             store = ShardStore(shards_root)
             for tf in pack:
                 store.drop_unfinished(tf.rank)
-            os._exit(128 + _stop_signum)
+            os._exit(128 + signal.SIGTERM)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -214,7 +192,11 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
                     n += 1
                     if n % 64 == 0:
                         say(f"mapped {n} of {len(files)} rank(s)")
-        except BrokenProcessPool:  # its other workers stop now too, not after their statements
+        except BrokenProcessPool:
+            # A worker that the pool was starting when it broke is never stopped by the pool, and
+            # its shutdown then waits for that worker forever (Python 3.11's ProcessPoolExecutor:
+            # its manager thread stops the workers it knows of, without the lock that submit()
+            # holds while it starts one). Every worker is known here, the submits being done.
             _abandon(pool, files, shards_root, done)
             return True
         except BaseException:  # interrupted (SIGINT, SIGTERM) or a bug: no map outlives the command
@@ -226,10 +208,10 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
 def _abandon(pool: ProcessPoolExecutor, files: list[TraceFile], shards_root: str,
              done: dict[int, MapOutcome]) -> None:
     """Stop the pool's workers now (SIGKILL: a map may be deep inside DuckDB or the native
-    reader, where no signal handler runs; used when the command is interrupted and when the pool
-    broke, whose unfinished ranks are then mapped again), then remove what their maps had made: their work
-    folders (load/stale.py sweeps those of dead processes) and the tables of a rank whose
-    manifest was not written yet (a shard without a manifest is never used; a finished
+    reader, where no signal handler runs), when the command is interrupted and when the pool
+    broke (its unfinished ranks are then mapped again). Then remove what their maps had made:
+    their work folders (load/stale.py sweeps those of dead processes) and the tables of a rank
+    whose manifest was not written yet (a shard without a manifest is never used; a finished
     rank's shard stays, as does the shard of a rank that had not started)."""
     procs = dict(getattr(pool, "_processes", None) or {})  # pid -> multiprocessing.Process
     for process in procs.values():
