@@ -13,7 +13,7 @@ from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.extension import native as _native
-from traceanalyze.load.source import open_trace_bytes
+from traceanalyze.load.source import estimated_uncompressed_bytes, open_trace_bytes
 
 PROTOBUF_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")  # Perfetto protobuf (plain or .gz)
 
@@ -41,6 +41,16 @@ class TraceFile:
     mtime_ns: int
     url: str | None = None  # the fsspec URL of an object-storage trace (path is then its key)
     etag: str | None = None  # the object's ETag (object storage), else None
+
+
+def trace_bytes(tf: TraceFile) -> int:
+    """The JSON bytes of a rank's trace (estimated for gzip; the object size for a URL)."""
+    if tf.url:
+        return tf.size_bytes
+    try:
+        return estimated_uncompressed_bytes(tf.path)
+    except OSError:
+        return tf.size_bytes
 
 
 @dataclass

@@ -30,9 +30,10 @@ from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_m
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
 # A map's private database (one rank's, or a pack's) is in memory when its trace is at most
-# this big (JSON bytes, estimated for gzip): a small rank's map is then mostly DuckDB's fixed cost, and a database
-# file adds a third to it (its writes and fsyncs). A bigger one is a file (in RAM-backed
-# /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict under the limit.
+# this big (JSON bytes, estimated for gzip): a small rank's map is then mostly DuckDB's fixed
+# cost, and a database file adds a third to it (its writes and fsyncs). A bigger one is a file
+# (in RAM-backed /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict
+# under the limit.
 IN_MEMORY_MAX_BYTES = 64 << 20
 
 # notes of the read that are choices we made, not data lost or doubtful

@@ -22,14 +22,13 @@ from pathlib import Path
 import duckdb
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import (build_rank_tables, fetched, map_rank_locked, open_private_database,
                                    rank_manifest, read_rank_events, shard_files, sql_text)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
 from traceanalyze.load.rank_read import RankRead
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, rank_lock
-from traceanalyze.load.source import estimated_uncompressed_bytes
 from traceanalyze.load.stale import staging_prefix
 
 
@@ -64,8 +63,7 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
         store.forget(tf.rank)
     work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir(files)))
     try:
-        events_bytes = sum(tf.size_bytes if tf.url else estimated_uncompressed_bytes(tf.path) for tf in files)
-        con = open_private_database(work, events_bytes, threads)
+        con = open_private_database(work, sum(trace_bytes(tf) for tf in files), threads)
         try:
             con.execute("CREATE TEMP TABLE _raw_events_empty AS SELECT * FROM raw_events LIMIT 0")
             reads: list[tuple[TraceFile, RankRead, Path]] = []

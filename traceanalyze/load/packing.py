@@ -6,23 +6,12 @@ inside a pack fails alone, the others' shards stand."""
 
 from __future__ import annotations
 
-from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map_outcome import MapOutcome, map_guarded
 from traceanalyze.load.pack_map import map_ranks_together
-from traceanalyze.load.source import estimated_uncompressed_bytes
 
 # a task maps ranks until it holds this much trace (JSON bytes, estimated for gzip) ...
 PACK_BYTES = 64 << 20
-
-
-def trace_bytes(tf: TraceFile) -> int:
-    """The JSON bytes of a rank's trace (estimated for gzip; the object size for a URL)."""
-    if tf.url:
-        return tf.size_bytes
-    try:
-        return estimated_uncompressed_bytes(tf.path)
-    except OSError:
-        return tf.size_bytes
 
 
 def packs(files: list[TraceFile], workers: int, pack_bytes: int = PACK_BYTES) -> list[list[TraceFile]]:
