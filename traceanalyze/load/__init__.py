@@ -104,15 +104,19 @@ def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
 
 
 def _views_intact(shards_root: str, ranks: list[int]) -> bool:
-    """The local shards that a database's views read are still the ones their manifests describe."""
-    from traceanalyze.load.verify import verify_shard
+    """The local shards that a database's views read are still the ones their manifests describe
+    (checked as the reduce checks them: verify_shards, one query per table for all ranks)."""
+    from traceanalyze.load.verify import verify_shards
 
     store = ShardStore(shards_root)
+    shards = []
     for rank in ranks:
         manifest = store.read_manifest(rank)
-        if not is_current(manifest) or verify_shard(store.rank_dir(rank), manifest, rank) is not None:
+        if not is_current(manifest):
             return False
-    return True
+        shards.append((store.rank_dir(rank), manifest, rank))
+    with duckdb.connect(config={"threads": 1}) as con:
+        return not any(verify_shards(shards, con).values())
 
 
 def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
