@@ -219,7 +219,10 @@ TRACEANALYZE_SNIPPET = HWM_REPORT + r"""
 import glob as _glob, json as _json, os as _os, runpy, time as _time
 _stage = {"reduce_cpu": 0.0}
 try:  # the reduce's seconds (a checkout without reduce_to_db reports none)
-    import traceanalyze.load as _load
+    try:
+        import traceanalyze.load.trace_dir as _load
+    except ImportError:  # a checkout from before the loader's orchestration had its own module
+        import traceanalyze.load as _load
     _reduce = _load.reduce_to_db
     def _timed(*a, **k):
         t = _time.process_time()

@@ -28,7 +28,7 @@ PAGES = {
 def generated_sections() -> dict[str, str]:
     from traceanalyze.db import _sql_text, table_comments
     from traceanalyze.db.docs import macros_markdown, schema_markdown
-    from traceanalyze.ruleset import load_rules, rules_markdown
+    from traceanalyze.diagnosis.ruleset import load_rules, rules_markdown
 
     rules = load_rules()
     # one page per topic: the tables are the page's second-level headings

@@ -29,7 +29,7 @@ def injected(scenario: str) -> dict:
 
 @lru_cache(maxsize=1)
 def summary_validator() -> Draft202012Validator:
-    schema = json.loads(resources.files("traceanalyze.output").joinpath("summary.schema.json").read_text())
+    schema = json.loads(resources.files("traceanalyze.summary").joinpath("summary.schema.json").read_text())
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
@@ -41,9 +41,9 @@ def schema_errors(summary: dict) -> list[str]:
 
 def real_summary(db_path: Path, trace_dir: str) -> dict:
     """The summary the real pipeline builds for a loaded database, as summary.json holds it."""
-    from traceanalyze.config import load_config
-    from traceanalyze.diagnose import diagnose
-    from traceanalyze.summary import build_summary
+    from traceanalyze.diagnosis.config import load_config
+    from traceanalyze.diagnosis.diagnose import diagnose
+    from traceanalyze.summary.build import build_summary
 
     con = duckdb.connect(str(db_path), read_only=True)
     try:

@@ -14,7 +14,7 @@ import click
 import pytest
 
 import traceanalyze
-from traceanalyze.diff import diff_summaries
+from traceanalyze.compare.diff import diff_summaries
 
 ROOT = Path(__file__).resolve().parent.parent
 STRAGGLER = ROOT / "fixtures" / "ddp" / "input_straggler"

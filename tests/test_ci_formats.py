@@ -17,7 +17,7 @@ from summary_builder import finding, load_issue, make_summary, scale_times
 
 from traceanalyze.cli import cli
 from traceanalyze.commands._analyze import known_rules
-from traceanalyze.gate import GatePolicy, evaluate
+from traceanalyze.compare.gate import GatePolicy, evaluate
 from traceanalyze.output import ci
 
 SARIF_SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())

@@ -19,7 +19,7 @@ import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules, run_rule
+from traceanalyze.diagnosis.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"

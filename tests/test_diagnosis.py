@@ -18,10 +18,10 @@ import duckdb
 import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.diagnose import diagnose
+from traceanalyze.diagnosis.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules
-from traceanalyze.summary import build_summary
+from traceanalyze.diagnosis.ruleset import load_rules
+from traceanalyze.summary.build import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"

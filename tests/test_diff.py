@@ -16,7 +16,7 @@ from gate_runs import FIXTURES
 from summary_builder import DEFAULT_SPLIT, finding, make_summary, scale_times
 
 from traceanalyze.cli import cli
-from traceanalyze.diff import diff_summaries
+from traceanalyze.compare.diff import diff_summaries
 
 EVEN = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
 

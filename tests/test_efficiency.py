@@ -224,7 +224,7 @@ def test_the_summary_and_report_carry_the_efficiency(tmp_path):
     TFLOP/s over their time, the summary matches the JSON Schema, and report.html shows it."""
     import traceanalyze
     from traceanalyze.output.units import fmt_pct
-    from traceanalyze.summary_model import schema_problem
+    from traceanalyze.summary.model import schema_problem
 
     with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", progress=False) as a:
         flops, dur_ns = a.sql("SELECT sum(e.flops), sum(e.dur_ns) FROM step_efficiency AS e "

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyze.commands.explain import explain_text
-from traceanalyze.ruleset import load_rules
+from traceanalyze.diagnosis.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 STRAGGLER = ROOT / "fixtures" / "ddp" / "input_straggler"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from summary_builder import finding, make_summary
 
-from traceanalyze.diff import diff_summaries
+from traceanalyze.compare.diff import diff_summaries
 from traceanalyze.findings import Cost, Finding, sort_findings
-from traceanalyze.gate import GatePolicy, evaluate
+from traceanalyze.compare.gate import GatePolicy, evaluate
 from traceanalyze.output.ci import format_github, sarif_log
 from traceanalyze.output.diff_report import render_diff_text
 from traceanalyze.output.html import build_context

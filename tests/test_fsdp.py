@@ -24,9 +24,9 @@ import duckdb
 import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.diagnose import diagnose
+from traceanalyze.diagnosis.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import load_rules, run_rule
+from traceanalyze.diagnosis.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"

@@ -22,7 +22,7 @@ import duckdb
 import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.diagnose import diagnose
+from traceanalyze.diagnosis.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
 
 ROOT = Path(__file__).resolve().parent.parent

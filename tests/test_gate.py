@@ -20,9 +20,9 @@ from summary_builder import MiB, finding, load_issue, make_summary, scale_times
 
 from traceanalyze.cli import cli
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.gate import GatePolicy, evaluate, parse_rule_list
+from traceanalyze.compare.gate import GatePolicy, evaluate, parse_rule_list
 
-SUMMARY_SCHEMA = Path(__file__).resolve().parent.parent / "traceanalyze" / "output" / "summary.schema.json"
+SUMMARY_SCHEMA = Path(__file__).resolve().parent.parent / "traceanalyze" / "summary" / "summary.schema.json"
 EVEN = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}
 
 

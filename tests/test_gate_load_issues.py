@@ -8,7 +8,7 @@ import math
 import pytest
 from summary_builder import load_issue, make_summary
 
-from traceanalyze.gate import HEAVY_LOSS_PCT, evaluate
+from traceanalyze.compare.gate import HEAVY_LOSS_PCT, evaluate
 from traceanalyze.output import ci
 
 

@@ -18,8 +18,8 @@ import duckdb
 import pytest
 
 from tests.tracejson import base_ns, complete, rank_of, read_trace, steps, to_ns
-from traceanalyze.config import load_config
-from traceanalyze.diagnose import diagnose
+from traceanalyze.diagnosis.config import load_config
+from traceanalyze.diagnosis.diagnose import diagnose
 from traceanalyze.load import load_trace_dir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import traceanalyze
-from traceanalyze.diagnose import STRICT_RULES_ENV, diagnose
-from traceanalyze.ruleset import builtin_rules_dir, load_rules
-from traceanalyze.summary import build_summary
+from traceanalyze.diagnosis.diagnose import STRICT_RULES_ENV, diagnose
+from traceanalyze.diagnosis.ruleset import builtin_rules_dir, load_rules
+from traceanalyze.summary.build import build_summary
 
 
 @dataclass
@@ -49,7 +49,7 @@ def test_a_failing_rule_becomes_a_load_issue_and_the_others_still_report(
     assert "broken-rule" in failed[0]["message"] and "no_such_column" in failed[0]["message"]
     assert failed[0]["severity"] == "warning"
     # the summary with the failure still honours the contract
-    schema = json.loads((Path(traceanalyze.__file__).parent / "output" / "summary.schema.json").read_text())
+    schema = json.loads((Path(traceanalyze.__file__).parent / "summary" / "summary.schema.json").read_text())
     jsonschema.validate(summary, schema)
     assert len(load_rules(config.rules_dirs)) == len(load_rules()) + 1
 

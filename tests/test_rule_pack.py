@@ -18,10 +18,10 @@ import yaml
 from conftest import REAL_TRACES
 
 from traceanalyze import db as tracedb
-from traceanalyze.config import load_config
+from traceanalyze.diagnosis.config import load_config
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import (
+from traceanalyze.diagnosis.ruleset import (
     DOC_SECTIONS,
     REQUIRED_COLUMNS,
     UNITS,

@@ -18,7 +18,7 @@ import yaml
 
 from tests.tracegen import write_trace_dir
 from traceanalyze.load import load_trace_dir
-from traceanalyze.ruleset import builtin_rules_dir, load_rules, run_rule
+from traceanalyze.diagnosis.ruleset import builtin_rules_dir, load_rules, run_rule
 
 
 def _cases():

@@ -16,7 +16,7 @@ import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.scaling import PHASES, analyze_runs, build_report
+from traceanalyze.compare.scaling import PHASES, analyze_runs, build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "ddp"

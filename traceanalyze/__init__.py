@@ -19,12 +19,12 @@ from traceanalyze.version import __version__
 if TYPE_CHECKING:
     from traceanalyze.api import Analysis, analyze, diff, scaling
     from traceanalyze.findings import Cost, Finding
-    from traceanalyze.summary_model import Summary
+    from traceanalyze.summary.model import Summary
 
 # imported on first use: a command such as `traceanalyze load` needs none of the analysis
 _LAZY = {"Analysis": "traceanalyze.api", "analyze": "traceanalyze.api", "diff": "traceanalyze.api",
          "scaling": "traceanalyze.api", "Cost": "traceanalyze.findings", "Finding": "traceanalyze.findings",
-         "Summary": "traceanalyze.summary_model"}
+         "Summary": "traceanalyze.summary.model"}
 
 
 def __getattr__(name: str):
@@ -41,8 +41,8 @@ _API_NAMES = ("diff", "scaling")
 
 
 class _Package(types.ModuleType):
-    """`traceanalyze.diff` and `traceanalyze.scaling` stay the API functions after their
-    same-named modules are imported (`from traceanalyze.diff import ...` still works)."""
+    """`traceanalyze.compare.diff` and `traceanalyze.compare.scaling` stay the API functions after their
+    same-named modules are imported (`from traceanalyze.compare.diff import ...` still works)."""
 
     def __setattr__(self, name, value):
         if name in _API_NAMES and isinstance(value, types.ModuleType):

@@ -20,22 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import traceanalyze.db as tracedb
-from traceanalyze.config import Config, config_from_file, load_config
+from traceanalyze.diagnosis.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
 from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.progress import ProgressChoice, progress_reporter
-from traceanalyze.summary_file import summary_from_source
-from traceanalyze.summary_model import Summary
+from traceanalyze.summary.file import summary_from_source
+from traceanalyze.summary.model import Summary
 
 if TYPE_CHECKING:
     import duckdb
     import polars
 
-    from traceanalyze.diff import SummaryDiff
+    from traceanalyze.compare.diff import SummaryDiff
     from traceanalyze.report_folder import AnalysisPaths
-    from traceanalyze.scaling import ScalingReport
+    from traceanalyze.compare.scaling import ScalingReport
 
 PathLike = Union[str, Path]
 Ranks = Union[str, int, Iterable[int], None]
@@ -106,8 +106,8 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
     URL; default `<db>.shards`); trace_dir may be an fsspec URL too (s3://bucket/traces), or None
     to analyze the shards written by `traceanalyze ingest`.
     """
-    from traceanalyze.diagnose import diagnose
-    from traceanalyze.summary import build_summary
+    from traceanalyze.diagnosis.diagnose import diagnose
+    from traceanalyze.summary.build import build_summary
 
     if trace_dir is None and not shards:
         raise TraceError("give a trace folder, or the shards folder of an ingested shard set")
@@ -225,7 +225,7 @@ class Analysis:
         parts of the steps' critical paths (table critical_path) by kind, rank and name}. `peak_tflops` replaces the
         device's peak (gpu_specs) in peak_tflops and mfu_pct, e.g. for a device not in the table
         or TF32 matmuls."""
-        from traceanalyze.efficiency import CRITICAL_PATH_SQL, STEPS_SQL, TOP_OPS_SQL
+        from traceanalyze.analysis.efficiency import CRITICAL_PATH_SQL, STEPS_SQL, TOP_OPS_SQL
 
         if peak_tflops is not None and not (isinstance(peak_tflops, (int, float)) and peak_tflops > 0):
             raise TraceError(f"peak_tflops must be a positive number, not {peak_tflops!r}")
@@ -314,7 +314,7 @@ def summary_dict_of(source: SummarySource, db_for: Callable[[Path], Path] | None
 
 def diff(old: SummarySource, new: SummarySource) -> SummaryDiff:
     """What moved between two runs, per phase and rank (what `traceanalyze diff` prints)."""
-    from traceanalyze.diff import diff_summaries
+    from traceanalyze.compare.diff import diff_summaries
 
     return diff_summaries(summary_dict_of(old), summary_dict_of(new))
 
@@ -326,7 +326,7 @@ def scaling(runs: Sequence[Analysis | PathLike], batch_size: float | None = None
 
     runs: Analysis objects or trace folders (a summary is not enough: scaling reads the trace
     database). A folder's database goes to `db_for(folder)`, else a temporary one."""
-    from traceanalyze.scaling import build_report, measure_run, measure_trace_dir
+    from traceanalyze.compare.scaling import build_report, measure_run, measure_trace_dir
 
     say, done = progress_reporter(progress)
     stats = []

@@ -21,7 +21,7 @@ class _UserError(click.ClickException):
     exit_code = TraceError.exit_code
 
     def show(self, file=None) -> None:  # one line, no traceback, no control characters
-        from traceanalyze.output.escape import terminal
+        from traceanalyze.escape import terminal
 
         click.echo(f"error: {terminal(self.format_message())}", err=True, file=file)
 

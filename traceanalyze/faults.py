@@ -135,7 +135,7 @@ def run(main) -> None:
             message = fault_message(exc)
             if message is None:
                 raise
-            from traceanalyze.output.escape import terminal
+            from traceanalyze.escape import terminal
 
             click.echo(f"error: {terminal(message)}", err=True)
             code = EXIT_ERROR

@@ -47,7 +47,7 @@ class StageBar:
                          bar_format="{desc} [{elapsed}]", file=None if in_notebook() else sys.stderr)
 
     def __call__(self, message: str) -> None:
-        from traceanalyze.output.escape import terminal
+        from traceanalyze.escape import terminal
 
         self._bar.set_description_str(f"traceanalyze: {terminal(message)}", refresh=False)
         self._bar.update(1)
@@ -75,6 +75,6 @@ def cli_progress(quiet: bool) -> ProgressChoice:
         return True
     import click
 
-    from traceanalyze.output.escape import terminal
+    from traceanalyze.escape import terminal
 
     return lambda message: click.echo(f"traceanalyze: {terminal(message)}", err=True)

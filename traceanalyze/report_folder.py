@@ -13,7 +13,7 @@ from pathlib import Path
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceError
 from traceanalyze.load.stale import sweep_outputs
-from traceanalyze.summary_model import write_summary_json
+from traceanalyze.summary.model import write_summary_json
 
 Progress = Callable[[str], None]
 

@@ -27,7 +27,7 @@ def analyzer(out_dir: Path | None = None, ranks: set[int] | None = None, params=
 def gate_settings(start_dir: Path) -> dict:
     """fail_on / select / ignore / max_regression_pct from `[tool.traceanalyze]` ({} if unset)."""
     try:
-        from traceanalyze.config import load_config
+        from traceanalyze.diagnosis.config import load_config
     except ImportError:  # config.py not there yet: defaults only
         return {}
     config = load_config(start_dir, [])
@@ -37,7 +37,7 @@ def gate_settings(start_dir: Path) -> dict:
 def known_rules() -> dict[str, str]:
     """Rule id -> title of every built-in rule ({} when the rule pack cannot be read)."""
     try:
-        from traceanalyze.ruleset import load_rules
+        from traceanalyze.diagnosis.ruleset import load_rules
 
         return {rule.id: rule.summary for rule in load_rules()}
     except (ImportError, TraceanalyzeError):

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.output.atomic import write_text_atomic
-from traceanalyze.output.escape import terminal
+from traceanalyze.atomic import write_text_atomic
+from traceanalyze.escape import terminal
 
 
 def emit(data: dict, render_text: Callable[[], str], render_html: Callable[[], str],

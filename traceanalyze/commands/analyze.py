@@ -49,7 +49,7 @@ def command(trace_dir: str | None, ranks: str, out_dir: Path | None, params: tup
     Exit code 0 when the analysis completed (whatever it found), 2 on bad input.
     """
     from traceanalyze.api import analyze
-    from traceanalyze.output.escape import shell_arg
+    from traceanalyze.escape import shell_arg
     from traceanalyze.output.terminal import render_verdict
     from traceanalyze.pipeline import default_out_dir
 

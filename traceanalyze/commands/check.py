@@ -9,12 +9,12 @@ import click
 from traceanalyze.commands._analyze import analyzer, gate_settings, known_rules
 from traceanalyze.commands._options import out_option, param_option, ranks_option
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.gate import SEVERITIES, GatePolicy, GateResult, evaluate, parse_rule_list
+from traceanalyze.compare.gate import SEVERITIES, GatePolicy, GateResult, evaluate, parse_rule_list
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.output import ci
-from traceanalyze.output.atomic import write_text_atomic
+from traceanalyze.atomic import write_text_atomic
 from traceanalyze.pipeline import default_out_dir
-from traceanalyze.summary_file import summary_from_source
+from traceanalyze.summary.file import summary_from_source
 
 
 def build_policy(fail_on, select, ignore, max_regression_pct, start_dir: Path) -> GatePolicy:

@@ -8,10 +8,10 @@ import click
 
 from traceanalyze.commands._analyze import analyzer
 from traceanalyze.commands._emit import emit
-from traceanalyze.diff import diff_summaries
-from traceanalyze.output import escape
+from traceanalyze.compare.diff import diff_summaries
+import traceanalyze.escape as escape
 from traceanalyze.output.diff_report import render_diff_html, render_diff_text
-from traceanalyze.summary_file import summary_from_source
+from traceanalyze.summary.file import summary_from_source
 
 
 @click.command(name="diff")

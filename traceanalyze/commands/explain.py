@@ -7,7 +7,7 @@ import textwrap
 import click
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.ruleset import Rule, load_rules
+from traceanalyze.diagnosis.ruleset import Rule, load_rules
 
 SECTIONS = (("what", "What it does"), ("why", "Why is this bad?"), ("example", "Example"),
             ("fix", "What to do"), ("tuning", "Why these thresholds"))

@@ -10,7 +10,7 @@ from traceanalyze.commands._options import force_option, quiet_option, ranks_opt
 from traceanalyze.commands._scale import executor_options, load_options
 from traceanalyze.load import load_trace_dir, read_load_issues
 from traceanalyze.load.discover import parse_rank_selection
-from traceanalyze.output.escape import shell_arg, terminal
+from traceanalyze.escape import shell_arg, terminal
 from traceanalyze.progress import cli_progress, progress_reporter
 
 LOAD_ISSUES_SHOWN = 20  # per severity, on stderr

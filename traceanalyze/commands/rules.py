@@ -6,7 +6,7 @@ import json
 
 import click
 
-from traceanalyze.ruleset import load_rules, rules_markdown
+from traceanalyze.diagnosis.ruleset import load_rules, rules_markdown
 
 
 def rules_as_dicts(rules) -> list[dict]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import duckdb
 
 import traceanalyze.db as tracedb
-from traceanalyze.align import align_ranks
-from traceanalyze.critical_path import build_critical_path
+from traceanalyze.analysis.align import align_ranks
+from traceanalyze.analysis.critical_path import build_critical_path
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current

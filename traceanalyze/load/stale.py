@@ -6,7 +6,7 @@ Every temporary name carries a marker `<pid>@<host>` of the process that made it
   - `traceanalyze-<pid>@<host>-*`: a rank's work folder (a map, in $TMPDIR, /dev/shm or
     $TRACEANALYZE_TMPDIR),
   - `manifest.json.<pid>@<host>.tmp`: a shard's manifest being written (shards.py),
-  - `.<name>.<pid>.*.tmp`: an output being written (output/atomic.py; `<pid>@<host>` also read).
+  - `.<name>.<pid>.*.tmp`: an output being written (atomic.py; `<pid>@<host>` also read).
 
 The folders may be shared by many hosts (an NFS shard folder that a job array writes into),
 where a pid says nothing about another machine's processes. So the next run removes such a
@@ -105,7 +105,7 @@ def sweep_manifest_tmp(folder: Path, manifest_name: str) -> list[Path]:
 
 
 def sweep_outputs(folder: Path) -> list[Path]:
-    """Half-written outputs (output/atomic.py) of dead processes in `folder`."""
+    """Half-written outputs (atomic.py) of dead processes in `folder`."""
     return _sweep(folder, _OUTPUT_TMP)
 
 

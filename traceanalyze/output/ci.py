@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from traceanalyze.version import __version__
-from traceanalyze.gate import GateResult, finding_reason, load_issue_reason
-from traceanalyze.output import escape
+from traceanalyze.compare.gate import GateResult, finding_reason, load_issue_reason
+import traceanalyze.escape as escape
 
 FORMATS = ("text", "github", "junit", "sarif")
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
@@ -30,7 +30,7 @@ PSEUDO_RULES = {
 
 
 def ci_safe(value):
-    """Every string of a summary / result escaped for a CI log (see output/escape.py)."""
+    """Every string of a summary / result escaped for a CI log (see escape.py)."""
     return escape.deep(value, escape.ci_line)
 
 

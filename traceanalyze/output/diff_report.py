@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from traceanalyze.diff import PHASES, Delta, SummaryDiff
+from traceanalyze.compare.diff import PHASES, Delta, SummaryDiff
 from traceanalyze.output.templating import render
 from traceanalyze.output.units import PHASE_LABELS, fmt_bytes, fmt_ms, fmt_pct, fmt_ranks, text_table
 

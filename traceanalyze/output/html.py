@@ -368,7 +368,7 @@ def render_html(context: ReportContext) -> str:
 
 def write_html(summary: dict, out_path: Path, db_path: str) -> Path:
     """Render the report for `summary` into `out_path` (one file)."""
-    from traceanalyze.output.atomic import write_text_atomic
+    from traceanalyze.atomic import write_text_atomic
 
     write_text_atomic(out_path, render_html(build_context(summary, db_path)))
     return out_path

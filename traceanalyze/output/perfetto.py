@@ -252,7 +252,7 @@ def build_perfetto_trace(con, summary: dict) -> bytes:
 
 
 def write_perfetto_trace(con, summary: dict, out_path: Path) -> Path:
-    from traceanalyze.output.atomic import write_bytes_atomic
+    from traceanalyze.atomic import write_bytes_atomic
 
     write_bytes_atomic(out_path, build_perfetto_trace(con, summary))
     return out_path

@@ -3,16 +3,7 @@
 from __future__ import annotations
 
 from traceanalyze.findings import sort_finding_dicts
-from traceanalyze.metrics import skew_pct
-
-
-def rank_skew_pct(summary: dict) -> float | None:
-    """Worst vs median rank own step time, % of the median (summary.steps.rank_skew_pct; summaries
-    written before that key existed get the same definition from metrics.skew_pct)."""
-    steps = summary.get("steps") or {}
-    if "rank_skew_pct" in steps:
-        return steps["rank_skew_pct"]
-    return skew_pct(steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms"))
+from traceanalyze.analysis.metrics import rank_skew_pct  # noqa: F401  (re-exported: every view shows it alike)
 
 
 def is_gpu_trace(summary: dict) -> bool:

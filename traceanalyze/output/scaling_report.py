@@ -15,7 +15,7 @@ from traceanalyze.output.charts import Chart, Circle, LegendItem, Line, Polyline
 from traceanalyze.output.templating import render
 from traceanalyze.output.units import SCALING_PHASE_LABELS as PHASE_NAMES
 from traceanalyze.output.units import fmt_ms, fmt_pct, fmt_tick, nice_ticks, text_table
-from traceanalyze.scaling import PHASES, RunScaling, ScalingReport
+from traceanalyze.compare.scaling import PHASES, RunScaling, ScalingReport
 
 MODE_NAMES = {"weak": "weak scaling (same per-rank batch)", "strong": "strong scaling (same global batch)",
               "mixed": "mixed batches", "assumed-weak": "batch not visible: assumed the same per-rank batch"}

@@ -16,7 +16,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TextIO
 
-from traceanalyze.output.escape import terminal
+from traceanalyze.escape import terminal
 
 MAX_CELL_CHARS = 80
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from traceanalyze.output import escape
+import traceanalyze.escape as escape
 from traceanalyze.output.charts import hot_ranks
 from traceanalyze.output.presentation import is_gpu_trace, mean_step_ms, ordered_findings, rank_skew_pct
 from traceanalyze.output.units import (
@@ -178,7 +178,7 @@ def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bo
     """The terminal verdict; `outputs` are (label, path) lines printed at the end.
 
     Every string of the summary (trace folder, titles, load issues) and of `outputs` is
-    escaped for the terminal (output/escape.py): a trace cannot send control sequences.
+    escaped for the terminal (escape.py): a trace cannot send control sequences.
     """
     summary, outputs = escape.deep(summary, escape.terminal), escape.deep(list(outputs), escape.terminal)
     st = _Style(color)

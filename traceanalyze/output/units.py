@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import math
 
-from traceanalyze.metrics import PHASES  # noqa: F401  (the one list of phase names; re-exported)
+# the one list of phase names and their labels (re-exported)
+from traceanalyze.analysis.metrics import PHASE_LABELS, PHASE_LONG_LABELS, PHASES  # noqa: F401
 
-PHASE_LABELS = {
-    "data_wait": "data wait",
-    "h2d": "H2D copy",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "comm_exposed": "comm exposed",
-    "pipeline_wait": "pipeline wait",
-    "other": "other",
-}
-# the same phases spelled out, where there is room (diff and gate reasons)
-PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed",
-                     "pipeline_wait": "pipeline wait (send / recv)", "other": "other host work"}
 # column heads of the terminal's phase table (7 characters a column)
 PHASE_SHORT_LABELS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
                       "optimizer": "optim", "comm_exposed": "comm", "pipeline_wait": "pipe",

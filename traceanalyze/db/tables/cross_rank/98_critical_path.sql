@@ -1,4 +1,4 @@
--- The chain of work that sets each aligned step's length, crossing ranks at collectives (filled by traceanalyze/critical_path.py after the ranks are aligned).
+-- The chain of work that sets each aligned step's length, crossing ranks at collectives (filled by traceanalyze/analysis/critical_path.py after the ranks are aligned).
 --
 -- Walked backwards from the end of the step on the rank with the longest step: the GPU work
 -- ending last, then what it waited for (its launch on the host, or earlier GPU work); the host's

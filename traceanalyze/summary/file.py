@@ -2,7 +2,7 @@
 the CI formats rely on (a hand-edited or crafted file fails with a one-line TraceError, exit 2).
 
 `summary_from_source(path, analyze)`: a SOURCE the user names (a summary.json, or traces to
-analyze) -> a summary dict; used by the API (`traceanalyze.diff`) and the `check` / `diff` commands.
+analyze) -> a summary dict; used by the API (`traceanalyze.compare.diff`) and the `check` / `diff` commands.
 """
 
 from __future__ import annotations

@@ -14,6 +14,20 @@ import duckdb
 from traceanalyze.errors import TraceError
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
+# the phases as people read them (every view), and spelled out where there is room (diff and gate reasons)
+PHASE_LABELS = {
+    "data_wait": "data wait",
+    "h2d": "H2D copy",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "comm_exposed": "comm exposed",
+    "pipeline_wait": "pipeline wait",
+    "other": "other",
+}
+# the same phases spelled out, where there is room (diff and gate reasons)
+PHASE_LONG_LABELS = {**PHASE_LABELS, "comm_exposed": "communication exposed",
+                     "pipeline_wait": "pipeline wait (send / recv)", "other": "other host work"}
 REQUIRED_TABLES = ("phase_intervals", "step_phases", "step_gpu", "step_lateness", "collective_arrivals",
                    "step_comm", "step_waits", "step_batches", "pipeline_stages", "group_lateness")
 
@@ -150,6 +164,14 @@ def skew_pct(median_ms: float | None, worst_ms: float | None) -> float | None:
     if median_ms is None or worst_ms is None or median_ms <= 0:
         return None
     return 100.0 * (worst_ms - median_ms) / median_ms
+
+def rank_skew_pct(summary: dict) -> float | None:
+    """Worst vs median rank own step time, % of the median (summary.steps.rank_skew_pct; summaries
+    written before that key existed get the same definition from skew_pct)."""
+    steps = summary.get("steps") or {}
+    if "rank_skew_pct" in steps:
+        return steps["rank_skew_pct"]
+    return skew_pct(steps.get("median_rank_step_ms"), steps.get("worst_rank_step_ms"))
 
 
 def step_comparison(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

@@ -30,8 +30,8 @@ import yaml
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.findings import SEVERITIES, Cost, Finding
-from traceanalyze.judge import Judge, Window, window_facts
-from traceanalyze.rootcause import Explains
+from traceanalyze.diagnosis.judge import Judge, Window, window_facts
+from traceanalyze.diagnosis.rootcause import Explains
 
 REQUIRED_COLUMNS = ("ranks", "steps", "ms_per_step", "pct_of_step")
 DOC_SECTIONS = ("what", "why", "example", "fix", "tuning")  # tuning: why the thresholds
@@ -119,10 +119,11 @@ class Rule:
 
 def builtin_rules_dir() -> Path:
     """The rule pack: packaged in the wheel as traceanalyze/_builtin_rules, else the checkout's rules/."""
-    packaged = Path(__file__).resolve().parent / "_builtin_rules"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "_builtin_rules"
     if packaged.is_dir():
         return packaged
-    checkout = Path(__file__).resolve().parent.parent / "rules"
+    checkout = package.parent / "rules"
     if checkout.is_dir():
         return checkout
     raise TraceanalyzeError("the built-in rule pack is missing (no traceanalyze/_builtin_rules "

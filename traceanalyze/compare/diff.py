@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from traceanalyze.findings import sort_finding_dicts
-from traceanalyze.metrics import PHASES, median, own_step_medians
-from traceanalyze.output.units import PHASE_LONG_LABELS as PHASE_LABELS
+from traceanalyze.analysis.metrics import PHASE_LONG_LABELS as PHASE_LABELS
+from traceanalyze.analysis.metrics import PHASES, median, own_step_medians, rank_skew_pct
 
 UNITS = ("ms", "pct", "bytes")  # pct values are already shares of a step (0-100)
 
@@ -114,8 +114,6 @@ def _phase(name: str):
 
 
 def _skew_pct(summary: dict) -> float | None:
-    from traceanalyze.output.presentation import rank_skew_pct
-
     return rank_skew_pct(summary)
 
 

@@ -3,7 +3,7 @@
 `Summary.from_dict(d).to_dict() == d` for every summary this version writes; keys it does
 not know (added by a later version: the contract only grows) are kept in `extra` and written
 back. `Summary.load(path)` reads a file and validates it against
-`traceanalyze/output/summary.schema.json` first (unknown keys allowed, see above).
+`traceanalyze/summary/summary.schema.json` first (unknown keys allowed, see above).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from traceanalyze.analysis.metrics import PHASES
+from traceanalyze.atomic import write_text_atomic
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
-from traceanalyze.output.atomic import write_text_atomic
 
 SCHEMA_ID = "traceanalyze.summary/1"
-SCHEMA_PATH = Path(__file__).parent / "output" / "summary.schema.json"
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
+SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
+
 
 R = TypeVar("R", bound="_Record")
 

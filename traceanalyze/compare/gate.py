@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from traceanalyze.diff import Delta, diff_summaries, finding_key
+from traceanalyze.compare.diff import Delta, diff_summaries, finding_key
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.findings import SEVERITIES, severity_level, sort_finding_dicts
-from traceanalyze.metrics import median
+from traceanalyze.analysis.metrics import median
 
 DEFAULT_FAIL_ON = "error"
 # A load warning is heavy (fails the gate) when it cost a rank at least this share of its

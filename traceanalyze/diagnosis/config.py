@@ -125,7 +125,7 @@ def _split_rule_tables(rules: Any, where: str) -> tuple[dict, dict]:
 def _validate(params: Mapping[str, Mapping[str, Any]], names: Iterable[str],
               rules_dirs: tuple[Path, ...]) -> dict[str, dict[str, Any]]:
     """Check rule ids and parameter names against the rule pack; values become typed."""
-    from traceanalyze.ruleset import load_rules, resolve_params
+    from traceanalyze.diagnosis.ruleset import load_rules, resolve_params
 
     rules = {rule.id: rule for rule in load_rules(rules_dirs)}
     for rule_id in [*params, *names]:

@@ -19,12 +19,12 @@ from typing import Any
 import duckdb
 
 from traceanalyze.version import __version__
-from traceanalyze.diagnose import Diagnosis
-from traceanalyze.efficiency import efficiency_summary
-from traceanalyze.judge import judgement
-from traceanalyze.layout import parallel_layout
-from traceanalyze.parallel_view import groups_view
-from traceanalyze.metrics import (
+from traceanalyze.diagnosis.diagnose import Diagnosis
+from traceanalyze.analysis.efficiency import efficiency_summary
+from traceanalyze.diagnosis.judge import judgement
+from traceanalyze.analysis.layout import parallel_layout
+from traceanalyze.analysis.parallel_view import groups_view
+from traceanalyze.analysis.metrics import (
     PHASES,
     median,
     memory_by_step,

@@ -1,0 +1,1 @@
+"""Stage 4: the rules: config and rule pack in, a Diagnosis (findings, one per root cause) out."""

@@ -1,0 +1,353 @@
+"""Stage 1's orchestration: a trace folder (or shard set) -> trace.duckdb.
+
+Discovers the ranks, reuses an unchanged database or shards, runs the maps on an executor,
+repairs or reports damaged shards, reduces the shards into the database and writes its meta.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from traceanalyze.version import __version__
+import traceanalyze.db as tracedb
+from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
+from traceanalyze.load.executor_registry import run_maps
+from traceanalyze.load.map_outcome import MapOutcome
+import traceanalyze.load.reduce as reduce
+from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir
+from traceanalyze.load.reduce import (
+    attach_shards,
+    cross_rank,
+    record_notes,
+    shard_bytes,
+    usable_shards,
+)
+from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
+from traceanalyze.load.stale import marker, sweep_database_tmp, sweep_staging
+from traceanalyze.load.verify import ShardProblem
+
+Progress = Callable[[str], None]
+# (importing the submodule traceanalyze.load.map binds `map` in this namespace: no builtin map() here)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What `load_trace_dir` produced."""
+
+    db_path: Path
+    ranks: list[int]
+    reused: bool  # True when an up-to-date database was found and nothing was parsed
+    events: int
+    input_bytes: int  # uncompressed bytes of the traceEvents arrays parsed (0 when reused)
+    mapped: int = 0  # ranks parsed in this run (the others' shards were reused)
+    failed: tuple[int, ...] = ()  # ranks whose map failed (see load_issues)
+
+
+def default_shards(db_path: Path) -> str:
+    """The shard folder of a database: trace.duckdb -> trace.shards/ beside it."""
+    return str(db_path.with_suffix(".shards"))
+
+
+def _fingerprint(discovery: Discovery, ranks: set[int] | None, shards_root: str) -> str:
+    files = [(tf.url or str(tf.path.resolve()), tf.size_bytes, tf.mtime_ns, tf.etag, tf.rank)
+             for tf in discovery.files]
+    payload = json.dumps([tracedb.SCHEMA_VERSION, __version__, sorted(ranks or []), shards_root, files])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _stored_fingerprint(con) -> str | None:
+    row = con.execute("SELECT value FROM load_meta WHERE key = 'fingerprint'").fetchone()
+    return row[0] if row else None
+
+
+def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | None]]:
+    """(severity, file, message, count) of the load_issues of a database, warnings first."""
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        return con.execute(
+            "SELECT severity, file, message, count FROM load_issues"
+            " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
+
+
+def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
+    """The database as it is when it was built from the same files (`fingerprint`), or None when
+    it was not, or is of views over shards that are no longer intact, or cannot be read."""
+    try:
+        with tracedb.connect(db_path, read_only=True) as con:  # (one connection: opening one costs)
+            if _stored_fingerprint(con) != fingerprint:
+                return None
+            ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+            meta = dict(con.execute(
+                "SELECT key, value FROM load_meta WHERE key IN ('storage', 'shards')").fetchall())
+            if meta.get("storage") == "views" and not _views_intact(meta.get("shards") or "", ranks):
+                return None
+            (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+    except duckdb.Error:  # damaged, not ours, or its shards are gone: build it again
+        return None
+    return LoadResult(db_path, ranks, True, events, 0)
+
+
+def _views_intact(shards_root: str, ranks: list[int]) -> bool:
+    """The local shards that a database's views read are still the ones their manifests describe
+    (checked as the reduce checks them: verify_shards, one query per table for all ranks)."""
+    from traceanalyze.load.verify import verify_shards
+
+    store = ShardStore(shards_root)
+    shards = []
+    for rank in ranks:
+        manifest = store.read_manifest(rank)
+        if not is_current(manifest):
+            return False
+        shards.append((store.rank_dir(rank), manifest, rank))
+    with duckdb.connect(config={"threads": 1}) as con:
+        return not any(verify_shards(shards, con).values())
+
+
+def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
+                   reuse: bool = True, progress: Progress | None = None, *, executor: str = "local",
+                   shards: str | None = None, workers: int | None = None,
+                   ray_address: str | None = None) -> LoadResult:
+    """Load the traces under `target` into the database file `db_path` (map + reduce).
+
+    A database built from the same files (same sizes and modification times) and the same
+    rank selection is reused as it is; otherwise only the ranks whose shard is missing or
+    out of date are parsed. `shards` (a folder or fsspec URL) defaults to <db>.shards/.
+    """
+    say = progress or (lambda _msg: None)
+    db_path = Path(db_path)
+    if db_path.is_dir():
+        raise TraceanalyzeError("is a folder; give a database file name such as trace.duckdb", str(db_path))
+    chosen_memory_limit()
+    discovery = _discover(target, ranks)
+    shards_root = shards or default_shards(db_path)
+    fingerprint = _fingerprint(discovery, ranks, shards_root)
+    if reuse and db_path.exists():
+        reused = _reused_result(db_path, fingerprint)
+        if reused is not None:
+            say(f"reusing {db_path} (traces unchanged)")
+            return reused
+    store = ShardStore(shards_root)
+    created = _create_root(store, db_path)
+    try:
+        current = [tf.rank for tf in discovery.files if reuse and is_current(store.read_manifest(tf.rank), tf)]
+        intact, _, damaged = usable_shards(store, current, _cache_root(store, db_path))
+        verified = frozenset(s.rank for s in intact)
+        stale = [tf for tf in discovery.files if tf.rank not in verified]
+        total_mb = sum(tf.size_bytes for tf in stale) / 1e6
+        if stale:
+            say(f"parsing {len(stale)} of {len(discovery.files)} trace file(s), {total_mb:.1f} MB on disk"
+                f" ({executor} executor)")
+        else:
+            say(f"all {len(discovery.files)} rank shard(s) up to date")
+        outcomes = run_maps(stale, shards_root, executor, workers, ray_address, say)
+        failed = [o for o in outcomes if o.manifest is None]
+        if len(failed) == len(discovery.files):
+            _raise_failure(failed[0])
+        notes = [(None, path, kind, DISCOVERY_WARNINGS.get(kind, "info"), message, None)
+                 for path, kind, message in discovery.notes]
+        notes += [_failure_issue(o) for o in failed]
+        notes += [_repaired_issue(p) for p in damaged if p.rank not in {o.rank for o in failed}]
+        good = [tf.rank for tf in discovery.files if tf.rank not in {o.rank for o in failed}]
+        if not store.remote:  # shards this load's maps just wrote (their hashes taken as written) need no second check
+            verified |= {o.rank for o in outcomes if o.manifest is not None}
+        result = reduce_to_db(store, good, db_path, notes, say, meta={
+            "target": str(target), "fingerprint": fingerprint,
+            "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified)
+    except BaseException:
+        if created:
+            shutil.rmtree(local_path(shards_root), ignore_errors=True)
+        raise
+    input_bytes = sum(o.manifest["events_bytes"] for o in outcomes if o.manifest)
+    return LoadResult(db_path, result.ranks, False, result.events, input_bytes,
+                      mapped=len(outcomes) - len(failed), failed=tuple(o.rank for o in failed))
+
+
+# discovery notes that mean data may be missing (a rank file that could not be read)
+DISCOVERY_WARNINGS = {"not-a-file": "warning"}
+
+
+def _discover(target, ranks: set[int] | None) -> Discovery:
+    if is_remote(str(target)):
+        from traceanalyze.load.remote import discover_remote
+
+        return discover_remote(str(target), ranks)
+    return discover(Path(local_path(str(target))), ranks)
+
+
+def _create_root(store: ShardStore, db_path: Path) -> bool:
+    """Make a local shard folder; True when this call created it (removed again on failure)."""
+    if store.remote:
+        return False
+    root = Path(local_path(store.root))
+    if root.exists():
+        return False
+    try:
+        root.mkdir(parents=True)
+    except OSError as exc:
+        raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})", str(db_path)) from None
+    return True
+
+
+def _raise_failure(outcome: MapOutcome):
+    raise TraceFormatError(outcome.error or "could not be read", outcome.file)
+
+
+def _failure_issue(outcome: MapOutcome) -> tuple:
+    return (outcome.rank, outcome.file, "rank-failed", "warning",
+            f"this rank could not be read and is left out of the analysis: {outcome.error}", None)
+
+
+def _repaired_issue(problem: ShardProblem) -> tuple:
+    """A damaged shard whose trace was at hand: mapped again (an info note: the files are fine now,
+    but the shard folder's storage lost or changed data)."""
+    return (problem.rank, problem.file, "shard-repaired", "info",
+            f"{problem.message()}; rank {problem.rank} was mapped again from its trace", None)
+
+
+def _corrupt_issue(problem: ShardProblem) -> tuple:
+    return (problem.rank, problem.file, "shard-corrupt", "warning",
+            f"{problem.message()}; rank {problem.rank} is left out of the analysis (ingest it again)", None)
+
+
+def _cache_root(store: ShardStore, db_path: Path) -> str:
+    """Where the reduce reads the shards: in place, or (a bucket) downloaded beside the database."""
+    return default_shards(db_path) if store.remote else store.root
+
+
+# load_issues kinds that mean a rank is missing from the analysis (the next load maps it again)
+RANK_LEFT_OUT = frozenset({"rank-failed", "shard-corrupt"})
+
+
+def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list[tuple], say: Progress,
+                 meta: dict[str, str], verified: frozenset[int] = frozenset()) -> LoadResult:
+    """The shards of `ranks` -> the database file `db_path` (written under a private name and
+    moved into place: a concurrent load or reader never sees half a database). Each shard's
+    files are checked first (`verified`: ranks this process checked already); a damaged one
+    is left out with a `shard-corrupt` warning."""
+    cache = _cache_root(store, db_path)
+    shards, stale, damaged = usable_shards(store, ranks, cache, verified)
+    notes = notes + [(rank, None, "shard-unusable", "warning",
+                      f"the shard of rank {rank} is missing, incomplete or from another traceanalyze version: "
+                      "left out (ingest the rank again)", None) for rank in stale]
+    notes += [_corrupt_issue(p) for p in damaged]
+    if not shards:
+        if damaged:
+            raise TraceanalyzeError(f"no usable shard ({len(damaged)} damaged, {len(stale)} missing or stale); "
+                                    f"this file: {damaged[0].problem}", damaged[0].file)
+        raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
+    if stale or any(note[2] in RANK_LEFT_OUT for note in notes):
+        meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this
+    materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
+    say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
+    tmp_db = db_path.with_name(f"{db_path.name}.{marker()}.tmp")
+    try:  # (the database is opened inside: a signal while it is created removes it too)
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+            sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
+            sweep_staging({staging_dir([]), None, str(RAM_STAGING_DIR)})
+            tmp_db.unlink(missing_ok=True)
+            con = tracedb.open_quiet(tmp_db)
+        except (OSError, duckdb.Error) as exc:
+            raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
+                                    str(db_path)) from None
+        try:
+            if not materialize:  # (the same bound as the readers of this database: db.bound_views_memory)
+                con.execute("SET memory_limit = ?", [chosen_memory_limit() or tracedb.VIEWS_MEMORY_LIMIT])
+                con.execute("SET enable_external_file_cache = false")
+            attach_shards(con, shards, materialize)
+            record_notes(con, notes)
+            cross_rank(con, shards)
+            _write_meta(con, {**meta, "shards": os.path.abspath(local_path(cache)),
+                              "storage": "tables" if materialize else "views",
+                              **({} if materialize else {"shard_folders": json.dumps(
+                                  [os.path.abspath(s.folder) for s in shards])})})
+            (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        try:
+            os.replace(tmp_db, db_path)
+        except OSError as exc:
+            raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
+                                    str(db_path)) from None
+    finally:
+        tmp_db.unlink(missing_ok=True)
+        tmp_db.with_name(tmp_db.name + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(tmp_db.with_name(tmp_db.name + ".tmp"), ignore_errors=True)  # DuckDB's spill folder
+    return LoadResult(db_path, [s.rank for s in shards], False, events, 0)
+
+
+def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
+                progress: Progress | None = None) -> LoadResult:
+    """The reduce alone, over a shard set written by `traceanalyze ingest` (one map per rank,
+    e.g. a batch-scheduler array). A shard of another version, or a damaged one, whose trace
+    is still reachable is mapped again here; one whose trace is not is left out and reported."""
+    say = progress or (lambda _msg: None)
+    store = ShardStore(shards_root)
+    present = [r for r in store.ranks() if ranks is None or r in ranks]
+    if not present:
+        raise TraceanalyzeError("no rank shards (rank=N/ folders) here", shards_root)
+    manifests = {r: store.read_manifest(r) for r in present}
+    intact, _, damaged = usable_shards(store, [r for r, m in manifests.items() if is_current(m)],
+                                       _cache_root(store, db_path))
+    repairable = {p.rank: (p, tf) for p in damaged if (tf := _source_file(manifests[p.rank])) is not None}
+    redo = [tf for tf in (_source_file(m) for r, m in manifests.items() if not is_current(m)) if tf]
+    redo += [tf for _, tf in repairable.values()]
+    if redo:
+        say(f"mapping {len(redo)} rank(s) again (their shards are damaged or from another version)")
+    failed = [o for o in run_maps(redo, shards_root, progress=say) if o.manifest is None]
+    notes = [_failure_issue(o) for o in failed]
+    notes += [_repaired_issue(p) for p, _ in repairable.values() if p.rank not in {o.rank for o in failed}]
+    worlds = {m.get("world_size") for m in manifests.values() if m and m.get("world_size")}
+    if len(worlds) == 1 and ranks is None:
+        world = worlds.pop()
+        absent = [r for r in range(world) if r not in manifests]
+        if absent:
+            notes.append((None, shards_root, "rank-missing", "info",
+                          f"world size is {world} but {len(absent)} rank shards are absent "
+                          f"({', '.join(str(r) for r in absent[:16])}{' ...' if len(absent) > 16 else ''}); "
+                          f"analyzing the {len(present)} ranks present", None))
+    good = [r for r in present if r not in {o.rank for o in failed}]
+    return reduce_to_db(store, good, db_path, notes, say, meta={
+        "target": shards_root, "fingerprint": "",
+        "rank_selection": "all" if ranks is None else format_ranks(ranks)},
+        verified=frozenset(s.rank for s in intact))
+
+
+def _source_file(manifest: dict | None) -> TraceFile | None:
+    """The trace a manifest was written from, if it is still there unchanged."""
+    if not manifest or not isinstance(manifest.get("source"), dict):
+        return None
+    from traceanalyze.load.discover import identify
+
+    file = manifest["source"].get("file")
+    try:
+        if is_remote(str(file)):
+            from traceanalyze.load.remote import identify_remote
+
+            return identify_remote(str(file), only_file=True)
+        return identify(Path(local_path(str(file))), only_file=True)
+    except (TraceanalyzeError, OSError):
+        return None
+
+
+def _short_os_error(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split())[:200]
+
+
+def _write_meta(con, meta: dict[str, str]) -> None:
+    rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__, **meta}
+    con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))
+
+
+__all__ = ["LoadResult", "load_trace_dir", "load_shards", "reduce_to_db", "TraceanalyzeError", "TraceFile"]
