@@ -29,6 +29,15 @@ CREATE OR REPLACE MACRO collective_op(raw) AS (
     END
 );
 
+-- a range during which the training loop waits for its input: the DataLoader's / DataPipe's
+-- iterator ranges (any category), and the user's own record_function ranges named for data
+-- ('## data ##', 'data_loading', 'get_batch', 'load_batch', ...: only annotations, never an op)
+CREATE OR REPLACE MACRO is_data_range(name, is_annotation) AS (
+    name LIKE 'enumerate(DataLoader)#%' OR name LIKE 'enumerate(DataPipe)#%'
+    OR (is_annotation AND regexp_matches(lower(name),
+        '(^|[^a-z0-9])(data|dataloader|data_loading|load_data|get_batch|next_batch|load_batch|fetch_batch)([^a-z0-9]|$)'))
+);
+
 -- bytes per element of a torch dtype name as the profiler writes it ('float', 'c10::BFloat16', 'Float')
 CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
     CASE lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::)', ''))

@@ -1,24 +1,28 @@
--- Phases of every step on every rank, as intervals on the training-loop thread's timeline.
+-- Phases of every step on every rank, as intervals on the training-loop thread's timeline, by
+-- time: what the loop is doing at each moment, whatever range encloses it.
 --
--- A step is split by priority: whatever the training loop is doing at a moment gets the
--- first matching phase of data_wait > h2d > optimizer > backward > forward > comm_exposed
--- (a host call into c10d / NCCL / gloo) > pipeline_wait (a send / recv call: gloo's
--- gloo:send / gloo:recv span the call to the end of the transfer) > other (host ops outside
--- the model) > comm_exposed (the thread runs nothing while a collective is in flight: it
--- waits for it) > pipeline_wait (the same for a send / recv in flight) > other (idle,
--- nothing in flight). On CPU gloo jobs the DDP all-reduce runs on a
--- pt_gloo_runloop thread, so waiting for it shows up as an idle training-loop thread
--- while a gloo:* collective is open; on GPU jobs the same holds for NCCL kernels.
---
--- Above all of these: waiting for a gloo collective the training loop issued itself. From the
--- end of its c10d:: call to the end of the gloo run, whatever the loop does not start in that
--- time (ops merged with the 1 ms tolerance of forward / backward) is comm_exposed, even
--- inside an enclosing range: FSDP waits inside its FSDP::all_gather ranges in forward and
--- inside autograd nodes in backward, SyncBatchNorm inside its forward op and backward node,
--- DDP's buffer broadcast inside DistributedDataParallel.forward. Work that runs while the
--- collective is in flight (DDP's backward nodes under a gradient bucket's all-reduce) starts
--- inside the span and keeps its label. Only host-run collectives: an NCCL kernel does not
--- block the thread that launched it (it blocks only in a sync call, an op of its own).
+-- A moment of a step gets the first matching label of:
+--   waiting       the loop waits for a host-run (gloo) collective it issued: from the end of its
+--                 c10d:: call to the end of the collective, less what the loop starts meanwhile
+--                 (merged with the 1 ms tolerance) -> comm_exposed
+--   comm_call     a host call into a collective (c10d::*, record_param_comms, nccl:*, the
+--                 functional collectives' ops and their wait_tensor) -> comm_exposed
+--   p2p_call      a send / recv call (c10d::send, c10d::recv_) -> pipeline_wait
+--   data_wait     a data range (is_data_range: the DataLoader's iterator, a user range named
+--                 for data)
+--   h2d, optimizer, backward (autograd nodes)
+--   forward       an op (never a user range: a record_function range is a container, the time
+--                 inside it is what runs inside it) before the step's last backward op ends
+--   host_other    an op after it -> other
+--   inflight      a collective in flight while the loop runs nothing -> comm_exposed
+--   p2p_inflight  a send / recv in flight (gloo's gloo:send / gloo:recv ranges: an isend's range
+--                 stays open until the peer receives, so it is blocked time only where the loop
+--                 runs nothing) -> pipeline_wait
+--   nothing       idle -> other, with phase_intervals.idle set
+-- So a recv blocked inside `## forward ##`, `Forward i` or any record_function is pipeline_wait,
+-- a sleep inside a user range is idle, and a collective's wait inside FSDP's ranges or an autograd
+-- node is comm_exposed. On GPU jobs a kernel does not block the thread that launched it: the host
+-- blocks only in a sync call, an op of its own.
 
 -- The training-loop thread of each rank: the thread that records ProfilerStep#N, else the busiest CPU thread.
 CREATE OR REPLACE TABLE main_threads AS
@@ -38,11 +42,11 @@ SELECT
 FROM ranks AS r;
 
 CREATE OR REPLACE TEMP TABLE _host_events AS
-SELECT c.rank, c.step, c.name, c.tid, c.ts_ns, c.end_ns, c.external_id, c.tid = m.tid AS on_main
+SELECT c.rank, c.step, c.name, c.tid, c.ts_ns, c.end_ns, c.external_id, c.tid = m.tid AS on_main, true AS is_op
 FROM cpu_ops AS c JOIN main_threads AS m USING (rank)
 WHERE c.step IS NOT NULL
 UNION ALL
-SELECT a.rank, a.step, a.name, a.tid, a.ts_ns, a.end_ns, a.external_id, a.tid = m.tid
+SELECT a.rank, a.step, a.name, a.tid, a.ts_ns, a.end_ns, a.external_id, a.tid = m.tid, false
 FROM annotations AS a JOIN main_threads AS m USING (rank)
 WHERE NOT a.on_gpu AND a.step IS NOT NULL;
 
@@ -50,17 +54,16 @@ CREATE OR REPLACE TEMP TABLE _marks AS
 WITH named AS (
     SELECT *,
         CASE
-            WHEN name LIKE 'enumerate(DataLoader)#%' OR name LIKE 'enumerate(DataPipe)#%' THEN 'data_wait'
+            WHEN on_main AND is_op AND name IN ('c10d::send', 'c10d::recv_', 'c10d::recv_any_source_', 'nccl:send', 'nccl:recv') THEN 'p2p_call'
+            WHEN on_main AND is_op AND (name LIKE 'c10d::%' OR name = 'record_param_comms' OR name LIKE 'nccl:%'
+                                        OR name LIKE '_c10d_functional::%' OR name LIKE 'c10d_functional::%') THEN 'comm_call'
+            WHEN is_data_range(name, NOT is_op) THEN 'data_wait'
             WHEN name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%' THEN 'optimizer'
-            WHEN name LIKE 'autograd::engine::evaluate_function:%'
-                 OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$') THEN 'backward'
-            WHEN on_main AND name IN ('c10d::send', 'c10d::recv_', 'c10d::recv_any_source_', 'gloo:send', 'gloo:recv',
-                                      'nccl:send', 'nccl:recv') THEN 'p2p_call'
-            WHEN on_main AND (name LIKE 'c10d::%' OR name = 'record_param_comms'
-                              OR name LIKE 'nccl:%' OR name LIKE 'gloo:%') THEN 'comm_call'
-            WHEN name LIKE 'ProfilerStep#%' THEN NULL
+            WHEN is_op AND (name LIKE 'autograd::engine::evaluate_function:%'
+                            OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')) THEN 'backward'
         END AS mark
     FROM _host_events
+    WHERE name NOT LIKE 'ProfilerStep#%' AND name NOT LIKE 'gloo:%'
 ),
 h2d_calls AS (   -- runtime calls on the training-loop thread that queued a host-to-device copy
     SELECT r.rank, r.step, r.ts_ns, r.end_ns, r.external_id
@@ -84,7 +87,7 @@ host_ops AS (   -- unlabelled training-loop ops: forward before the last backwar
     SELECT n.rank, n.step, n.ts_ns, n.end_ns,
            CASE WHEN lb.end_ns IS NULL OR n.ts_ns < lb.end_ns THEN 'forward' ELSE 'host_other' END AS mark
     FROM named AS n LEFT JOIN last_backward AS lb USING (rank, step)
-    WHERE n.on_main AND n.mark IS NULL AND n.name NOT LIKE 'ProfilerStep#%'
+    WHERE n.on_main AND n.is_op AND n.mark IS NULL
 ),
 inflight AS (
     SELECT rank, step, ts_ns, end_ns, CASE WHEN kind = 'p2p' THEN 'p2p_inflight' ELSE 'inflight' END AS mark
@@ -100,8 +103,7 @@ span_busy AS (    -- what the loop started during the span (the span's start cou
     UNION ALL
     SELECT w.span, h.ts_ns, least(h.end_ns, w.end_ns)
     FROM wait_spans AS w JOIN _host_events AS h
-        ON h.rank = w.rank AND h.step = w.step AND h.on_main AND h.ts_ns > w.ts_ns AND h.ts_ns < w.end_ns
-    WHERE h.name NOT LIKE 'ProfilerStep#%'
+        ON h.rank = w.rank AND h.step = w.step AND h.on_main AND h.is_op AND h.ts_ns > w.ts_ns AND h.ts_ns < w.end_ns
 ),
 busy_ordered AS (
     SELECT *, max(end_ns) OVER (PARTITION BY span ORDER BY ts_ns, end_ns
@@ -146,9 +148,9 @@ islands AS (
     FROM ordered
 )
 SELECT rank, step, mark, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns,
-       CASE mark WHEN 'waiting' THEN 0 WHEN 'data_wait' THEN 1 WHEN 'h2d' THEN 2 WHEN 'optimizer' THEN 3 WHEN 'backward' THEN 4
-                 WHEN 'forward' THEN 5 WHEN 'comm_call' THEN 6 WHEN 'p2p_call' THEN 7 WHEN 'host_other' THEN 8
-                 WHEN 'p2p_inflight' THEN 10 ELSE 9 END AS priority
+       CASE mark WHEN 'waiting' THEN 0 WHEN 'comm_call' THEN 1 WHEN 'p2p_call' THEN 2 WHEN 'data_wait' THEN 3
+                 WHEN 'h2d' THEN 4 WHEN 'optimizer' THEN 5 WHEN 'backward' THEN 6 WHEN 'forward' THEN 7
+                 WHEN 'host_other' THEN 8 WHEN 'inflight' THEN 9 WHEN 'p2p_inflight' THEN 10 END AS priority
 FROM islands GROUP BY rank, step, mark, run;
 
 -- One row per contiguous phase interval of a step: the timeline the report draws. Phases of a step tile it exactly.
@@ -165,17 +167,18 @@ segments AS (
 labelled AS (
     SELECT g.rank, g.step, g.ts_ns, g.end_ns,
            CASE min(r.priority)
-               WHEN 0 THEN 'comm_exposed' WHEN 1 THEN 'data_wait' WHEN 2 THEN 'h2d' WHEN 3 THEN 'optimizer' WHEN 4 THEN 'backward'
-               WHEN 5 THEN 'forward' WHEN 6 THEN 'comm_exposed' WHEN 7 THEN 'pipeline_wait' WHEN 8 THEN 'other'
+               WHEN 0 THEN 'comm_exposed' WHEN 1 THEN 'comm_exposed' WHEN 2 THEN 'pipeline_wait' WHEN 3 THEN 'data_wait'
+               WHEN 4 THEN 'h2d' WHEN 5 THEN 'optimizer' WHEN 6 THEN 'backward' WHEN 7 THEN 'forward' WHEN 8 THEN 'other'
                WHEN 9 THEN 'comm_exposed' WHEN 10 THEN 'pipeline_wait'
-               ELSE 'other' END AS phase
+               ELSE 'other' END AS phase,
+           min(r.priority) IS NULL AS idle
     FROM segments AS g
     LEFT JOIN _runs AS r ON r.rank = g.rank AND r.step = g.step AND r.ts_ns <= g.ts_ns AND r.end_ns >= g.end_ns
     WHERE g.end_ns > g.ts_ns
     GROUP BY g.rank, g.step, g.ts_ns, g.end_ns
 ),
 changes AS (
-    SELECT *, CASE WHEN phase IS DISTINCT FROM lag(phase) OVER w THEN 1 ELSE 0 END AS new_run
+    SELECT *, CASE WHEN phase IS DISTINCT FROM lag(phase) OVER w OR idle IS DISTINCT FROM lag(idle) OVER w THEN 1 ELSE 0 END AS new_run
     FROM labelled WINDOW w AS (PARTITION BY rank, step ORDER BY ts_ns)
 ),
 numbered AS (
@@ -188,12 +191,13 @@ SELECT
     min(n.ts_ns) AS ts_ns,                  -- interval start, ns (rank clock)
     max(n.end_ns) AS end_ns,                -- interval end, ns
     max(n.end_ns) - min(n.ts_ns) AS dur_ns, -- interval length, ns
-    min(n.ts_ns) - any_value(s.ts_ns) AS start_rel_ns  -- start relative to the step start, ns (comparable across ranks)
+    min(n.ts_ns) - any_value(s.ts_ns) AS start_rel_ns,  -- start relative to the step start, ns (comparable across ranks)
+    any_value(n.idle) AS idle               -- phase 'other' with nothing running on the training loop and nothing in flight (a sleep, I/O, a lock, Python that records nothing)
 FROM numbered AS n JOIN steps AS s USING (rank, step)
 GROUP BY n.rank, n.step, n.phase, n.run
 ORDER BY n.rank, n.step, ts_ns;
 
--- Time per phase for every (rank, step), ns; the eight phase columns add up to dur_ns.
+-- Time per phase for every (rank, step), ns; the eight phase columns add up to dur_ns (idle_ns is a part of other_ns).
 CREATE OR REPLACE TABLE step_phases AS
 SELECT
     s.rank,                                 -- global rank
@@ -206,7 +210,8 @@ SELECT
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'optimizer'), 0) AS optimizer_ns,      -- Optimizer.step / zero_grad
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'comm_exposed'), 0) AS comm_exposed_ns, -- blocked in or waiting for a collective
     coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'pipeline_wait'), 0) AS pipeline_wait_ns, -- blocked in a send / recv (pipeline stages handing activations and gradients over), or waiting for one
-    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'other'), 0) AS other_ns               -- host work outside the model, or idle
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'other'), 0) AS other_ns,              -- host work outside the model, or idle
+    coalesce(sum(p.dur_ns) FILTER (WHERE p.phase = 'other' AND p.idle), 0) AS idle_ns      -- the idle part of other_ns: nothing runs on the training loop, nothing in flight
 FROM steps AS s LEFT JOIN phase_intervals AS p USING (rank, step)
 GROUP BY s.rank, s.step, s.dur_ns
 ORDER BY s.rank, s.step;
