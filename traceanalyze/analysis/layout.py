@@ -2,8 +2,10 @@
 
 Each group carries a dimension (db/tables/cross_rank/87_process_groups.sql); the groups of
 one dimension partition the ranks, and a rank's coordinate on it is its position in its
-group. Groups of the whole job count only when no smaller group carries a dimension (a
-DDP or FSDP job over every rank). See docs/parallelism.md.
+group. The pipeline dimension is the set of pipelines found from the send / recv traffic
+(`pipeline_stages`, source 'traffic'), whatever group carried them: a rank's PP coordinate
+is its stage. Groups of the whole job count only when no smaller group carries a dimension
+(a DDP or FSDP job over every rank). See docs/parallelism.md.
 """
 
 from __future__ import annotations
@@ -26,11 +28,24 @@ def _groups(con: duckdb.DuckDBPyConnection) -> list[tuple]:
         ORDER BY process_group""").fetchall()
 
 
+def _pipelines(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """Pipelines as group-like rows (name, desc, ranks in stage order, size, 'pipeline', source)."""
+    rows = con.execute("""
+        SELECT pipeline, any_value(pipeline_ranks), any_value(stages), any_value(source), any_value(process_group)
+        FROM pipeline_stages GROUP BY pipeline ORDER BY pipeline""").fetchall()
+    return [(f"pipeline {p}" if source == "traffic" else group, None, list(ranks), stages, "pipeline",
+             source if source == "traffic" else "operations")
+            for p, ranks, stages, source, group in rows]
+
+
 def parallel_layout(con: duckdb.DuckDBPyConnection, world_size: int) -> dict[str, Any] | None:
     """{"text", "dimensions": [{name, abbrev, size, groups, source}], "ranks": {rank: {abbrev: index}},
     "complete"}; None when no group tells a dimension (no pg_config and no group args)."""
+    pipelines = _pipelines(con)
     groups = _groups(con)
-    smaller = [g for g in groups if g[3] < world_size]
+    if pipelines:
+        groups = [g for g in groups if g[4] != "pipeline"]
+    smaller = [g for g in groups if g[3] < world_size] + pipelines
     chosen = smaller or groups
     if not chosen:
         return None

@@ -20,6 +20,7 @@ from traceanalyze.analysis.align import align_ranks
 from traceanalyze.analysis.critical_path import build_critical_path
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.groups import infer_groups
+from traceanalyze.load.pipelines import infer_pipelines
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 from traceanalyze.load.verify import ShardProblem, verify_shards
 
@@ -97,8 +98,9 @@ def record_notes(con, rows: list[tuple]) -> None:
 
 
 def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
-    """Process groups of gloo collectives, cross-rank tables, the one-run check, alignment and clock offsets."""
+    """Process groups of gloo collectives, pipelines from the send / recv traffic, cross-rank tables, the one-run check, alignment and clock offsets."""
     infer_groups(con)
+    infer_pipelines(con)
     tracedb.build_tables(con, tracedb.cross_rank_sql_files())
     check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
     align_ranks(con)

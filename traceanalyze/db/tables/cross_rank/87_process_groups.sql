@@ -1,11 +1,11 @@
 -- The process groups of the job and the parallelism dimension each carries.
 --
 -- Groups come from every rank's distributedInfo.pg_config and from the groups that collectives
--- name (NCCL args, or inferred for gloo: load/groups.py). The dimension is read from the
--- group's description first (a device mesh names its groups: 'mesh_tp', 'mesh_dp', ...), then
--- from what the group does: all_to_all -> expert, only send / recv -> pipeline,
--- reduce_scatter -> fsdp, collectives during forward in a group smaller than the job ->
--- tensor, other collectives -> data. See docs/parallelism.md.
+-- name (NCCL args, or inferred for gloo: load/groups.py). The dimension comes from what the
+-- group does: all_to_all -> expert, only send / recv -> pipeline, reduce_scatter -> fsdp
+-- (these decide whatever the description says); then the group's description (a device mesh
+-- names its groups: 'mesh_tp', 'mesh_dp', ...); then all_reduce / all_gather during forward in
+-- a group smaller than the job -> tensor, other collectives -> data. See docs/parallelism.md.
 
 -- One row per process group.
 CREATE OR REPLACE TABLE process_groups AS
@@ -29,10 +29,10 @@ first_backward AS (   -- each rank's first backward op of each step: collectives
     SELECT rank, step, min(ts_ns) AS ts_ns FROM cpu_ops
     WHERE name LIKE 'autograd::engine::evaluate_function:%' AND step IS NOT NULL GROUP BY rank, step
 ),
-in_forward AS (
+in_forward AS (   -- the collectives tensor parallelism runs inside the forward pass
     SELECT c.process_group AS pg_name, count(*) AS n
     FROM collectives AS c JOIN first_backward AS b USING (rank, step)
-    WHERE c.kind = 'collective' AND c.ts_ns < b.ts_ns
+    WHERE c.kind = 'collective' AND c.ts_ns < b.ts_ns AND c.op IN ('all_reduce', 'all_gather', 'reduce_scatter')
     GROUP BY c.process_group
 ),
 world AS (
@@ -82,8 +82,9 @@ SELECT
     ranks,                                  -- global ranks in group-rank order, NULL when no trace lists them
     size,                                   -- number of ranks
     backend,                                -- backend_config from pg_config ('cpu:gloo,cuda:gloo', 'cuda:nccl'), NULL when unknown
-    coalesce(by_desc, by_ops) AS dimension, -- parallelism it carries: data | fsdp | tensor | pipeline | expert | context | world (all ranks, idle); NULL when nothing tells
-    CASE WHEN by_desc IS NOT NULL THEN 'description' WHEN by_ops IS NOT NULL THEN 'operations' END AS dimension_source,  -- what told the dimension: the group's description or its operations
+    CASE WHEN by_ops IN ('expert', 'pipeline', 'fsdp') THEN by_ops ELSE coalesce(by_desc, by_ops) END AS dimension,  -- parallelism it carries: data | fsdp | tensor | pipeline | expert | context | world (all ranks, idle); NULL when nothing tells
+    CASE WHEN by_ops IN ('expert', 'pipeline', 'fsdp') OR by_desc IS NULL THEN (CASE WHEN by_ops IS NOT NULL THEN 'operations' END)
+         ELSE 'description' END AS dimension_source,  -- what told the dimension: its operations (all_to_all, only send / recv, reduce_scatter are decisive), else the group's description, else its other operations
     collectives,                            -- collective rows in the group, all ranks
     p2p,                                    -- send / recv rows in the group, all ranks
     in_forward,                             -- collective rows issued before the rank's first backward op of the step (tensor-parallel groups communicate in forward)
@@ -92,17 +93,40 @@ SELECT
 FROM described
 ORDER BY size DESC, process_group;
 
--- One row per rank of a pipeline group: the pipeline stage it runs (its position in the group). Empty when the job has no pipeline dimension.
+-- One row per rank of a pipeline: its stage, from who sends to whom (load/pipelines.py: the first transfer of a step between two linked ranks runs forward), whatever group carried the send / recv; when the traffic tells nothing (no send / recv could be matched), the rank's position in a group whose dimension is pipeline. Empty when the job has no pipeline.
 CREATE OR REPLACE TABLE pipeline_stages AS
-WITH members AS (
-    SELECT process_group, size, unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
+WITH carried AS (   -- the group that carried most of each rank's send / recv
+    SELECT rank, stable_mode(list(process_group)) AS process_group
+    FROM collectives WHERE kind = 'p2p' GROUP BY rank
+),
+by_traffic AS (
+    SELECT o.rank, o.stage, o.stages, o.pipeline, o.pipeline_ranks, c.process_group, 'traffic' AS source
+    FROM _pipeline_order AS o LEFT JOIN carried AS c USING (rank)
+),
+members AS (
+    SELECT process_group, size, ranks, unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
     FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
+),
+by_position AS (
+    SELECT rank, min(stage) AS stage, max(size) AS stages,
+           dense_rank() OVER (ORDER BY arg_min(process_group, stage)) - 1 AS pipeline,
+           arg_min(ranks, stage) AS pipeline_ranks, arg_min(process_group, stage) AS process_group, 'group' AS source
+    FROM members GROUP BY rank
+),
+chosen AS (
+    SELECT * FROM by_traffic
+    UNION ALL
+    SELECT * FROM by_position WHERE NOT EXISTS (SELECT 1 FROM by_traffic)
 )
 SELECT
-    rank,                                   -- global rank
-    min(stage) AS stage,                    -- pipeline stage: the rank's 0-based position in its pipeline group (stage 0 takes the input; the lowest when a rank is in several pipeline groups)
-    max(size) AS stages,                    -- number of stages (the pipeline group's size)
-    arg_min(process_group, stage) AS process_group  -- the pipeline group it is a stage of
-FROM members
-GROUP BY rank
+    rank::INTEGER AS rank,                  -- global rank
+    stage::INTEGER AS stage,                -- pipeline stage, 0-based (stage 0 takes the input)
+    stages::INTEGER AS stages,              -- number of stages of its pipeline
+    pipeline::INTEGER AS pipeline,          -- which pipeline (0-based, ordered by their first stage's rank): a PP x DP job has one pipeline per data-parallel replica
+    pipeline_ranks::INTEGER[] AS pipeline_ranks,  -- the pipeline's ranks in stage order
+    process_group,                          -- the process group that carried its send / recv (the default group '0' when the job sends over it), NULL when none
+    source                                  -- how the stage was found: traffic (who sends to whom) | group (the position in a pipeline group)
+FROM chosen
 ORDER BY rank;
+
+DROP TABLE _pipeline_order;

@@ -1,0 +1,169 @@
+"""Reduce stage: the pipelines of the job, from who sends to whom.
+
+Pipeline stages are not positions in the group that carried the send / recv (a job may pass
+activations over the default group, its own group or a device mesh's): they come from the
+traffic. Each send / recv row is a transfer between two global ranks:
+
+* its peer, when the event names it (NCCL args, `c10d::send` with shapes recorded), or
+* else the opposite transfer on another rank that ends nearest in time (a send and the recv
+  it feeds complete together: gloo's ranges end when the data has arrived), within
+  `MATCH_SLACK_NS`, of the same size when both sizes are known.
+
+Two ranks are linked when they transfer in at least half the steps. Within a step, the first
+transfer between two linked ranks runs forward (stage k hands its activations to stage k + 1
+before any gradient comes back); the majority over steps gives each link its direction. The
+linked ranks fall into pipelines (connected sets); a pipeline's head is the rank nothing flows
+into (with an interleaved schedule the last stage also hands chunks back to the first: then
+the rank whose first send in the step comes earliest); a rank's stage is its distance from
+the head along forward links. A set that is not a chain (or a ring) is no pipeline.
+
+The result is `_pipeline_order` (rank, pipeline, stage, stages, pipeline_ranks), from which
+`db/tables/cross_rank/87_process_groups.sql` builds the documented `pipeline_stages`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import defaultdict, deque
+
+import duckdb
+
+# a send and the recv it feeds end within this of each other (same host clock)
+MATCH_SLACK_NS = 2_000_000
+
+
+def _transfers(con: duckdb.DuckDBPyConnection) -> list[tuple[int, int, int, int]]:
+    """(src, dst, step, ts_ns) for every send / recv row whose other end is known or matched."""
+    rows = con.execute("""
+        SELECT rank, op, peer, bytes, step, ts_ns, end_ns FROM collectives
+        WHERE kind = 'p2p' AND op IN ('send', 'recv') AND step IS NOT NULL
+        ORDER BY rank, ts_ns, end_ns, op""").fetchall()
+    out: list[tuple[int, int, int, int]] = []
+    from_recvs: list[tuple[int, int, int, int]] = []
+    recvs_by_end: list[tuple[int, int, int | None, int | None]] = []  # (end, rank, bytes, peer)
+    unknown_sends = []
+    for rank, op, peer, size, step, ts, end in rows:
+        if op == "recv":
+            recvs_by_end.append((end, rank, size, peer))
+        if peer is not None and peer != rank:
+            if op == "send":
+                out.append((rank, peer, step, ts))
+            else:
+                from_recvs.append((peer, rank, step, ts))
+        elif op == "send":
+            unknown_sends.append((rank, size, step, ts, end))
+    recvs_by_end.sort(key=lambda r: (r[0], r[1]))
+    ends = [r[0] for r in recvs_by_end]
+    for rank, size, step, ts, end in unknown_sends:
+        lo = bisect.bisect_left(ends, end - MATCH_SLACK_NS)
+        hi = bisect.bisect_right(ends, end + MATCH_SLACK_NS)
+        best = None
+        for r_end, r_rank, r_size, r_peer in recvs_by_end[lo:hi]:
+            if r_rank == rank or (r_peer is not None and r_peer != rank):
+                continue
+            if size is not None and r_size is not None and size != r_size:
+                continue
+            key = (abs(r_end - end), r_rank)
+            if best is None or key < best[0]:
+                best = (key, r_rank)
+        if best is not None:
+            out.append((rank, best[1], step, ts))
+    # a transfer is timed by its send (a recv may be posted long before the data is ready); the
+    # recv rows' peers count only where no send row tells
+    return sorted(set(out or from_recvs))
+
+
+def _links(transfers, steps_total: int) -> dict[tuple[int, int], int]:
+    """(src, dst) forward links with the number of steps they were first in their pair."""
+    first: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+    steps_of_pair: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for src, dst, step, ts in transfers:
+        pair = (min(src, dst), max(src, dst))
+        steps_of_pair[pair].add(step)
+        key = (pair[0], pair[1], step)
+        if key not in first or (ts, src) < (first[key][0], first[key][1]):
+            first[key] = (ts, src, dst)
+    votes: dict[tuple[int, int], int] = defaultdict(int)
+    for (_a, _b, _step), (_ts, src, dst) in first.items():
+        votes[(src, dst)] += 1
+    links: dict[tuple[int, int], int] = {}
+    for pair, steps in steps_of_pair.items():
+        if 2 * len(steps) < steps_total:
+            continue
+        a, b = pair
+        forward = (a, b) if votes.get((a, b), 0) >= votes.get((b, a), 0) else (b, a)
+        links[forward] = votes.get(forward, 0)
+    return links
+
+
+def _first_send_offsets(con: duckdb.DuckDBPyConnection) -> dict[int, float]:
+    """Each rank's median (over steps) of its first send's start after the step's start, ns."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for rank, offset in con.execute("""
+            SELECT c.rank, min(c.ts_ns) - any_value(s.ts_ns) FROM collectives AS c JOIN steps AS s USING (rank, step)
+            WHERE c.kind = 'p2p' AND c.op = 'send' GROUP BY c.rank, c.step""").fetchall():
+        out[rank].append(offset)
+    return {rank: statistics.median(v) for rank, v in out.items()}
+
+
+def _order(members: set[int], links: dict[tuple[int, int], int], first_send: dict[int, float]) -> list[int] | None:
+    """The members in stage order, or None when they do not form a chain (or a ring)."""
+    succ: dict[int, list[int]] = defaultdict(list)
+    indeg: dict[int, int] = defaultdict(int)
+    for (src, dst) in links:
+        if src in members:
+            succ[src].append(dst)
+            indeg[dst] += 1
+    heads = sorted(r for r in members if indeg[r] == 0)
+    candidates = heads if len(heads) == 1 else sorted(members)
+    head = min(candidates, key=lambda r: (first_send.get(r, float("inf")), r))
+    distance = {head: 0}
+    queue = deque([head])
+    while queue:
+        r = queue.popleft()
+        for nxt in sorted(succ[r]):
+            if nxt not in distance:
+                distance[nxt] = distance[r] + 1
+                queue.append(nxt)
+    if len(distance) != len(members) or sorted(distance.values()) != list(range(len(members))):
+        return None
+    return sorted(members, key=lambda r: distance[r])
+
+
+def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
+    """Create `_pipeline_order` (empty when the p2p traffic shows no pipeline)."""
+    con.execute("""CREATE OR REPLACE TABLE _pipeline_order (
+        rank INTEGER, pipeline INTEGER, stage INTEGER, stages INTEGER, pipeline_ranks INTEGER[])""")
+    steps_total = con.execute(
+        "SELECT count(DISTINCT step) FROM collectives WHERE kind = 'p2p' AND step IS NOT NULL").fetchone()[0]
+    if not steps_total:
+        return
+    links = _links(_transfers(con), steps_total)
+    if not links:
+        return
+    neighbours: dict[int, set[int]] = defaultdict(set)
+    for src, dst in links:
+        neighbours[src].add(dst)
+        neighbours[dst].add(src)
+    first_send = _first_send_offsets(con)
+    seen: set[int] = set()
+    chains: list[list[int]] = []
+    for start in sorted(neighbours):
+        if start in seen:
+            continue
+        component, queue = {start}, deque([start])
+        while queue:
+            for nxt in neighbours[queue.popleft()]:
+                if nxt not in component:
+                    component.add(nxt)
+                    queue.append(nxt)
+        seen |= component
+        order = _order(component, links, first_send)
+        if order is not None and len(order) >= 2:
+            chains.append(order)
+    chains.sort(key=lambda c: (c[0], c))
+    rows = [(rank, pipeline, stage, len(chain), chain)
+            for pipeline, chain in enumerate(chains) for stage, rank in enumerate(chain)]
+    if rows:
+        con.executemany("INSERT INTO _pipeline_order VALUES (?, ?, ?, ?, ?)", rows)
