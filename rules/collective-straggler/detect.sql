@@ -1,5 +1,5 @@
 -- One row per rank that reaches its step's collectives late (step-relative time) on most aligned steps.
-WITH job AS (
+WITH RECURSIVE job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
 idle AS (      -- per rank and step: the most extra idle time inside one annotation (region_excess)
@@ -33,6 +33,34 @@ waits AS (     -- the other ranks' wait for the late rank, inside the same colle
     JOIN collective_arrivals AS a ON a.step = f.step AND a.process_group = f.process_group
         AND a.op = f.op AND a.op_index = f.op_index AND a.rank <> f.rank
     GROUP BY f.rank, f.step
+),
+wait_edges AS (   -- per late step, "rank to_rank waits for rank from_rank": members left waiting at a collective whose
+                  -- last arrival is from_rank, and the other stages of from_rank's pipeline blocked in send / recv
+    SELECT DISTINCT a1.step, a1.rank AS from_rank, a2.rank AS to_rank
+    FROM collective_arrivals AS a1
+    JOIN collective_arrivals AS a2 ON a2.step = a1.step AND a2.process_group = a1.process_group AND a2.op = a1.op
+        AND a2.op_index = a1.op_index AND a2.rank <> a1.rank AND a2.wait_for_last_ns >= $min_late_ms * 1e6
+    WHERE a1.wait_for_last_ns = 0 AND a1.ranks_seen >= 2 AND a1.step IN (SELECT step FROM flagged)
+    UNION
+    SELECT sp.step, s1.rank, s2.rank
+    FROM pipeline_stages AS s1
+    JOIN pipeline_stages AS s2 ON s2.pipeline = s1.pipeline AND s2.rank <> s1.rank
+    JOIN step_phases AS sp ON sp.rank = s2.rank AND sp.pipeline_wait_ns >= $min_late_ms * 1e6
+    WHERE sp.step IN (SELECT step FROM flagged)
+),
+reach(culprit, step, rank) AS (   -- who waits for the late rank in its late steps, through every group
+    SELECT rank, step, rank FROM flagged
+    UNION
+    SELECT r.culprit, r.step, e.to_rank
+    FROM reach AS r JOIN wait_edges AS e ON e.step = r.step AND e.from_rank = r.rank
+),
+waiting_closure AS (   -- the ranks that wait for it in at least half of its late steps
+    SELECT culprit AS rank, list(rank ORDER BY rank) AS waiting_ranks
+    FROM (SELECT r.culprit, r.rank, count(*) AS n, any_value(c.n_late) AS n_late
+          FROM reach AS r JOIN (SELECT rank, count(*) AS n_late FROM flagged GROUP BY rank) AS c ON c.rank = r.culprit
+          WHERE r.rank <> r.culprit GROUP BY r.culprit, r.rank)
+    WHERE 2 * n >= n_late
+    GROUP BY culprit
 ),
 per_rank AS (
     SELECT f.rank, count(*) AS late_steps, list(f.step ORDER BY f.step) AS steps,
@@ -113,17 +141,30 @@ SELECT
     p.host_excess_ns / 1e6 AS host_excess_ms,
     CASE p.cause WHEN 'input' THEN p.input_excess_ns WHEN 'compute' THEN p.compute_excess_ns
                  WHEN 'host' THEN greatest(p.host_excess_ns, p.idle_excess_ns) END / 1e6 AS cause_excess_ms,
+    CASE WHEN CASE p.cause WHEN 'input' THEN p.input_excess_ns WHEN 'compute' THEN p.compute_excess_ns
+                           WHEN 'host' THEN greatest(p.host_excess_ns, p.idle_excess_ns) END - p.late_mean_ns >= 1e6
+         THEN '; it makes up ' || printf('%.0f', (CASE p.cause WHEN 'input' THEN p.input_excess_ns WHEN 'compute' THEN p.compute_excess_ns
+                           WHEN 'host' THEN greatest(p.host_excess_ns, p.idle_excess_ns) END - p.late_mean_ns) / 1e6)
+              || ' ms of it elsewhere before the ' || p.op || ', so it is late by ' || printf('%.0f', p.late_mean_ns / 1e6) || ' ms'
+         ELSE '' END AS catch_up_note,
     p.late_steps AS late_steps_count,
     j.n_steps AS aligned_steps_count,
     j.step_ns / 1e6 AS median_step_ms,
     {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} AS "group",
     coalesce(b.waits, []) AS waiting_by_group,
-    CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN
-         ' of ' || coalesce(pg.dimension || ' ', '') || 'group ' || p.process_group || ' (ranks '
-         || array_to_string(pg.ranks, ',') || ')' ELSE '' END AS group_text
+    coalesce(wc.waiting_ranks, []) AS waiting_ranks,
+    coalesce(rank_ranges(wc.waiting_ranks), p.others) AS waiting_text,
+    st.stage,
+    st.stages,
+    st.pipeline_ranks,
+    coalesce((SELECT count(*) FROM pipeline_stages AS o WHERE o.stage = st.stage AND o.rank <> p.rank), 0) > 0 AS has_stage_peers,
+    CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN ' of the ' || group_label(pg.dimension, pg.ranks)
+         ELSE '' END AS group_text
 FROM per_rank AS p CROSS JOIN job AS j
 LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
 LEFT JOIN by_group AS b ON b.rank = p.rank
+LEFT JOIN waiting_closure AS wc ON wc.rank = p.rank
+LEFT JOIN pipeline_stages AS st ON st.rank = p.rank
 LEFT JOIN region AS r ON r.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;

@@ -127,22 +127,26 @@ CREATE OR REPLACE MACRO median_of_others(n, zeros, p, v1, v2, v3) AS (
     END
 );
 
--- a finding's code region (a struct {name, kind, excess_ms_per_step, idle_pct, idle}) as a title clause, '' when NULL: " — 80 ms per late step idle inside record_function 'load_shard' (sleep, I/O or a lock)"
+-- a process group for a message, by what it carries and its ranks, never by a name torch made up ('undefined', '0'): group_label('tensor', [4, 5]) -> 'tensor group (ranks 4,5)'
+CREATE OR REPLACE MACRO group_label(dimension, ranks) AS (
+    coalesce(CASE WHEN dimension IN ('world') THEN NULL ELSE dimension END || ' ', '') || 'group'
+    || coalesce(' (ranks ' || rank_ranges(ranks) || ')', '')
+);
+
+-- a finding's code region (a struct {name, kind, excess_ms_per_step, idle_pct, idle}) as a title clause, '' when NULL: " — idle inside record_function 'load_shard' (sleep, I/O or a lock)"; its excess stays in the evidence (the title's number is the lateness: one number per fact)
 CREATE OR REPLACE MACRO region_note(region, per) AS (
     CASE WHEN region IS NULL THEN '' ELSE
-        ' — ' || printf('%.0f', region.excess_ms_per_step) || ' ms per ' || per || ' '
-        || CASE WHEN region.idle THEN 'idle' ELSE 'busy' END || ' inside '
+        ' — ' || CASE WHEN region.idle THEN 'idle' ELSE 'busy' END || ' inside '
         || CASE WHEN region.kind = 'annotation' THEN 'record_function ''' ELSE 'op ''' END || region.name || ''''
         || CASE WHEN region.idle THEN ' (sleep, I/O or a lock)' ELSE '' END
     END
 );
 
--- the same region as the first sentence of a finding's advice, '' when NULL
+-- the same region as the first sentence of a finding's advice, '' when NULL (no number: the advice's number is the cause's excess)
 CREATE OR REPLACE MACRO region_advice(region, per) AS (
     CASE WHEN region IS NULL THEN '' ELSE
         'The extra time is inside ' || CASE WHEN region.kind = 'annotation' THEN 'record_function ''' ELSE 'op ''' END
-        || region.name || ''': ' || printf('%.0f', region.excess_ms_per_step) || ' ms per ' || per
-        || ' more than the other ranks'
+        || region.name || ''''
         || CASE WHEN region.idle
                 THEN ', and the host is idle in ' || printf('%.0f', region.idle_pct) || '% of it (no op, runtime call, '
                      || 'collective or kernel runs: a sleep, blocking I/O, a lock, or Python that records nothing). '
