@@ -1,6 +1,6 @@
 -- One row when the gradient all-reduce runs after backward instead of under it, on every rank.
 WITH backward AS (
-    SELECT rank, step, max(end_ns) AS bwd_end_ns FROM phase_intervals WHERE phase = 'backward' GROUP BY rank, step
+    SELECT rank, step, min(ts_ns) AS bwd_start_ns, max(end_ns) AS bwd_end_ns FROM phase_intervals WHERE phase = 'backward' GROUP BY rank, step
 ),
 host_calls AS (   -- all-reduce calls on the training-loop thread (gloo collectives run on another thread)
     SELECT c.rank, c.ts_ns FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
@@ -18,8 +18,7 @@ gradient AS (     -- issued during backward: DDP's gradient buckets (an explicit
     FROM called AS c
     JOIN backward AS b USING (rank, step)
     LEFT JOIN collective_arrivals AS a ON a.rank = c.rank AND a.ts_ns = c.ts_ns AND a.op = c.op
-    WHERE EXISTS (SELECT 1 FROM phase_intervals AS p WHERE p.rank = c.rank AND p.step = c.step
-                  AND p.phase = 'backward' AND c.call_ts_ns >= p.ts_ns AND c.call_ts_ns < p.end_ns)
+    WHERE c.call_ts_ns >= b.bwd_start_ns AND c.call_ts_ns <= b.bwd_end_ns   -- between backward's first and last op (a call is a phase of its own)
 ),
 gpu_exposed AS (  -- GPU: communication-kernel time with no compute kernel running
     SELECT g.rank, g.step, sum(g.dur_ns - coalesce((

@@ -1,5 +1,5 @@
 -- One row when one pipeline stage computes much longer per step than the fastest stage: its ranks hold the pipeline back.
-WITH stages AS (   -- every rank of a pipeline group and its stage: its position in the group
+WITH stages AS (   -- every rank of a pipeline and its stage (pipeline_stages: from who sends to whom)
     SELECT rank, stage FROM pipeline_stages
 ),
 per_rank AS (
@@ -9,8 +9,9 @@ per_rank AS (
     FROM step_phases AS p JOIN aligned_steps USING (step) JOIN stages AS s USING (rank)
     GROUP BY p.rank
 ),
-per_stage AS (
-    SELECT stage, median(compute_ns) AS compute_ns, median(wait_ns) AS wait_ns, list(rank ORDER BY rank) AS ranks
+per_stage AS (     -- a stage computes what its fastest rank computes: one slow rank of a stage that several
+                   -- pipelines replicate is a straggler (collective-straggler), not a slow stage
+    SELECT stage, min(compute_ns) AS compute_ns, median(wait_ns) AS wait_ns, list(rank ORDER BY rank) AS ranks
     FROM per_rank GROUP BY stage
 ),
 ends AS (
