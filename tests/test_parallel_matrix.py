@@ -1,0 +1,76 @@
+"""The recorded parallelism matrix (fixtures/parallel_matrix/): every cell a small real gloo run
+whose ground truth its recorder wrote from its own knobs (expected.json) and checked against
+its JSON (tests/test_matrix_recordings.py). Here the analysis must find, on every cell: the
+layout, the pipelines (stage order), the rule and its culprit ranks, the cause, the group
+where the lateness starts (dimension and ranks), the stage, and who waits for the culprit.
+
+Cells differ in how the job was written (groups with and without a description, a device
+mesh, p2p over the default group or its own, hand-written and torch.distributed.pipelining
+schedules, TP contiguous and strided) and in what went wrong; the verdict must not depend on
+the first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import traceanalyze
+
+MATRIX = Path(__file__).resolve().parent.parent / "fixtures" / "parallel_matrix"
+EXPECTED = json.loads((MATRIX / "expected.json").read_text())["cells"]
+DIMENSIONS = {"DP": {"data", "fsdp"}, "TP": {"tensor"}, "PP": {"pipeline"}, "EP": {"expert"}}
+CULPRIT_RULES = ("collective-straggler", "intermittent-straggler")
+
+
+def _problems(cell: dict, summary: dict) -> list[str]:
+    """What the analysis got wrong on a cell, each as a line (empty: all right)."""
+    want = cell["expected"]
+    problems = []
+    layout = (summary.get("layout") or {}).get("text", "")
+    if not layout.endswith("= " + cell["layout"]):
+        problems.append(f"layout {layout!r}, want '{cell['world_size']} ranks = {cell['layout']}'")
+    pipelines = sorted(g["ranks"] for d in (summary.get("layout") or {}).get("dimensions", [])
+                       if d["name"] == "pipeline" for g in d["groups"])
+    if pipelines != sorted(cell["pipelines"]):
+        problems.append(f"pipelines {pipelines}, want {sorted(cell['pipelines'])}")
+    findings = [f for f in summary["findings"] if f["severity"] in ("error", "warning")]
+    allowed = set(want["also"]) | ({want["rule"]} if want["rule"] != "none" else set())
+    stray = sorted({f["rule"] for f in findings} - allowed)
+    if stray:
+        problems.append(f"unexpected findings {stray}: "
+                        + "; ".join(f["title"] for f in findings if f["rule"] in stray))
+    if want["rule"] == "none":
+        return problems
+    matching = [f for f in findings if f["rule"] == want["rule"]]
+    if not matching:
+        problems.append(f"no {want['rule']} finding; got "
+                        + "; ".join(f"{f['rule']} {f['ranks']}" for f in findings))
+        return problems
+    f = matching[0]
+    ev = f["evidence"]
+    if want["culprit_ranks"] and f["ranks"] != want["culprit_ranks"]:
+        problems.append(f"{f['rule']} names ranks {f['ranks']}, want {want['culprit_ranks']}")
+    if want["cause"] and ev.get("cause", f.get("cause")) != want["cause"]:
+        problems.append(f"cause {ev.get('cause')!r}, want {want['cause']!r}")
+    if want["rule"] in CULPRIT_RULES and want["group"]:
+        group = ev.get("group") or {}
+        if (group.get("dimension") not in DIMENSIONS[want["group"]["dimension"]]
+                or sorted(group.get("ranks") or []) != sorted(want["group"]["ranks"])):
+            problems.append(f"group {group.get('dimension')} {group.get('ranks')}, want {want['group']}")
+    if want["rule"] == "collective-straggler" and ev.get("waiting_ranks") != want["waiting_ranks"]:
+        problems.append(f"waiting ranks {ev.get('waiting_ranks')}, want {want['waiting_ranks']}")
+    if want["stage"] is not None:
+        stage = ev.get("slow_stage", ev.get("stage"))
+        if stage != want["stage"]:
+            problems.append(f"stage {stage}, want {want['stage']}")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_verdict_of_each_recorded_cell(name):
+    cell = EXPECTED[name]
+    with traceanalyze.analyze(MATRIX / cell["dir"], workers=1, progress=False) as a:
+        summary = a.summary_dict
+    assert _problems(cell, summary) == []
