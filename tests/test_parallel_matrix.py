@@ -52,8 +52,10 @@ def _problems(cell: dict, summary: dict) -> list[str]:
     ev = f["evidence"]
     if want["culprit_ranks"] and f["ranks"] != want["culprit_ranks"]:
         problems.append(f"{f['rule']} names ranks {f['ranks']}, want {want['culprit_ranks']}")
-    if want["cause"] and ev.get("cause", f.get("cause")) != want["cause"]:
-        problems.append(f"cause {ev.get('cause')!r}, want {want['cause']!r}")
+    # dataloader-stall is itself the input cause (its evidence.cause says which DataLoader setting)
+    cause = "input" if want["rule"] == "dataloader-stall" else ev.get("cause")
+    if want["cause"] and cause != want["cause"]:
+        problems.append(f"cause {cause!r}, want {want['cause']!r}")
     if want["rule"] in CULPRIT_RULES and want["group"]:
         group = ev.get("group") or {}
         if (group.get("dimension") not in DIMENSIONS[want["group"]["dimension"]]

@@ -91,8 +91,10 @@ per_rank AS (
            any_value(CASE WHEN pe.n >= 3 AND pe.min_gap = pe.max_gap THEN pe.min_gap END) AS period_steps,
            string_agg(CASE WHEN f.step_cause <> d.cause THEN f.step || ' (' || f.step_cause || ')' END, ', '
                       ORDER BY f.step) AS other_steps_text,
-           stable_mode(list(f.seen_by)) AS seen_by
+           stable_mode(list(f.seen_by)) AS seen_by,
+           stable_mode(list(l.process_group) FILTER (WHERE l.late_ns > 0)) AS process_group
     FROM flagged AS f JOIN dominant AS d USING (rank) JOIN period AS pe USING (rank)
+    LEFT JOIN step_lateness AS l ON l.rank = f.rank AND l.step = f.step
     GROUP BY f.rank
 ),
 regions AS (   -- the rank's code regions over the steps of its cause (a step without the region counts 0)
@@ -139,7 +141,9 @@ SELECT
     p.held_avg_ns / 1e6 AS held_ms_per_affected_step,
     p.seen_by,
     p.per_step,
-    j.step_ns / 1e6 AS median_step_ms
+    j.step_ns / 1e6 AS median_step_ms,
+    CASE WHEN p.process_group IS NOT NULL THEN {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} END AS "group"  -- where its lateness starts on its held steps (step_lateness), NULL when it reaches no collective late
 FROM per_rank AS p CROSS JOIN job AS j LEFT JOIN region AS r USING (rank)
+LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
 WHERE p.held_steps >= $min_held_steps_count
 ORDER BY ms_per_step DESC;

@@ -5,7 +5,9 @@ one dimension partition the ranks, and a rank's coordinate on it is its position
 group. The pipeline dimension is the set of pipelines found from the send / recv traffic
 (`pipeline_stages`, source 'traffic'), whatever group carried them: a rank's PP coordinate
 is its stage. Groups of the whole job count only when no smaller group carries a dimension
-(a DDP or FSDP job over every rank). See docs/parallelism.md.
+(a DDP or FSDP job over every rank), and a group that ran nothing counts only when no group
+ran anything (traces with pg_config alone): a second group of the same ranks that the job
+created and never used does not add a dimension. See docs/parallelism.md.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def _groups(con: duckdb.DuckDBPyConnection) -> list[tuple]:
         FROM process_groups
         WHERE dimension IN ('pipeline', 'data', 'fsdp', 'expert', 'context', 'tensor')
           AND ranks IS NOT NULL AND size >= 2
+          AND (collectives > 0 OR p2p > 0 OR group_source IS NULL AND NOT EXISTS (
+                  SELECT 1 FROM process_groups AS busy WHERE busy.collectives > 0 OR busy.p2p > 0))
         ORDER BY process_group""").fetchall()
 
 

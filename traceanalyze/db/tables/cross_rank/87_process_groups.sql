@@ -71,6 +71,10 @@ described AS (
                WHEN m.collectives = 0 AND m.p2p > 0 THEN 'pipeline'
                WHEN m.has_reduce_scatter THEN 'fsdp'
                WHEN m.collectives > 0 AND m.in_forward > 0 AND m.size < (SELECT n FROM world) THEN 'tensor'
+               -- a group of every rank is tensor-parallel when it reduces inside forward at least twice per rank and
+               -- step (a data-parallel job may all-reduce its loss or a metric once before backward)
+               WHEN m.collectives > 0 AND m.in_forward >= 2 * m.size * (SELECT greatest(count(DISTINCT step), 1) FROM collectives WHERE step IS NOT NULL)
+                    THEN 'tensor'
                WHEN m.collectives > 0 THEN 'data'
                WHEN m.size >= (SELECT n FROM world) THEN 'world'
            END AS by_ops
