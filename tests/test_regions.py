@@ -133,7 +133,9 @@ def test_idle_or_busy_is_what_the_rank_did_there(scenario):
     assert region["idle_pct"] == pytest.approx(100.0 * idle / total, abs=0.2)
     assert region["idle"] is SCENARIOS[name]
     words = "idle" if SCENARIOS[name] else "busy"
-    assert f"ms per late step {words} inside record_function '{injected['region']}'" in f.title
+    # one number per fact: the title's number is the lateness; the region is named, its excess is in the evidence
+    assert f"(cause: {f.evidence['cause']} — {words} inside record_function '{injected['region']}'" in f.title
+    assert f.title.count(" ms") == 1 and f"by {f.evidence['late_ms']:.0f} ms" in f.title
     assert f.advice.startswith(f"The extra time is inside record_function '{injected['region']}'")
 
 
