@@ -183,7 +183,8 @@ def _insert_pg_configs(con, tf: TraceFile, read: RankRead) -> None:
         return
     rows, bad = pg_config_rows(tf.rank, configs)
     if rows:
-        con.executemany("INSERT INTO pg_configs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        # (group_desc: torch's 'undefined' for a group without a description reads as none)
+        con.executemany("INSERT INTO pg_configs VALUES (?, ?, group_desc(?), ?, ?, ?, ?)", rows)
     if bad:
         con.execute("INSERT INTO load_issues VALUES (?, ?, 'bad-pg-config', 'warning', ?, ?)",
                     [tf.rank, tf.url or str(tf.path),

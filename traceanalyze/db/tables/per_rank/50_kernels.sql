@@ -40,7 +40,7 @@ SELECT
     l.dtype,                                -- args.dtype
     l.pg_name,                              -- args."Process Group Name"
     l.group_size,                           -- args."Group size"
-    l.pg_desc,                              -- args."Process Group Description"
+    group_desc(l.pg_desc) AS pg_desc,       -- args."Process Group Description", NULL when none ('undefined')
     l.pg_ranks,                             -- args."Process Group Ranks" (JSON text)
     l.collective_seq,                       -- args.Seq: the collective's sequence number in its group (newer torch)
     l.peer_group_rank                       -- send / recv kernels: args."Dst Rank" / "Src Rank" as a rank of the process group, NULL when absent
