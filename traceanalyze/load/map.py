@@ -275,6 +275,18 @@ def _record_event_issues(con) -> None:
                NULL
         FROM steps AS s JOIN ranks AS r USING (rank) WHERE s.synthetic
     """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT k.rank, r.file, 'range-profiler-kernels', 'info',
+               'kernels recorded by the CUPTI range profiler (cuda_profiler_range events) carry performance '
+               || 'counters (kernels.counters) but no measured times (Kineto spreads them over the profiling '
+               || 'window): GPU busy and idle time are not reported'
+               || CASE WHEN count(k.correlation) < count(*)
+                       THEN '; their number differs from the kernel launches: not matched to the launching calls'
+                       ELSE '' END,
+               count(*)
+        FROM kernels AS k JOIN ranks AS r USING (rank) WHERE k.counters IS NOT NULL GROUP BY k.rank, r.file
+    """)
 
 
 def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
