@@ -64,13 +64,68 @@ REAL_TRACES = ROOT / "fixtures" / "real"
 
 
 @pytest.fixture(scope="session")
-def balanced_db(tmp_path_factory) -> Path:
-    """The recorded balanced 4-rank gloo DDP run, loaded into a DuckDB file."""
+def fixture_db():
+    """`fixture_db(folder)` -> the trace database of a fixture folder (fixtures/ddp/*, parallel/*,
+    cuda/*, real/*), loaded once per test process (each xdist worker its own) with the loader's
+    defaults and one map at a time (workers=1: in this process, the same tables as any worker
+    count), into a temporary folder removed at the end of the session. Every test module that
+    only reads an analysis shares it: open it read-only, never load into it (`analyze(folder,
+    db=fixture_db(folder))` reuses it as it is). A folder that does not load raises its
+    TraceanalyzeError again on every call."""
+    import shutil
+    import tempfile
+
+    from traceanalyze.errors import TraceanalyzeError
     from traceanalyze.load import load_trace_dir
 
-    db = tmp_path_factory.mktemp("balanced") / "trace.duckdb"
-    load_trace_dir(FIXTURES / "balanced", db)
-    return db
+    base = Path(tempfile.mkdtemp(prefix="traceanalyze-fixture-dbs-"))
+    made: dict[Path, Path | TraceanalyzeError] = {}
+
+    def get(folder: Path) -> Path:
+        folder = Path(folder).resolve()
+        if folder not in made:
+            db = base / f"{len(made)}-{folder.name}" / "trace.duckdb"
+            db.parent.mkdir()
+            try:
+                load_trace_dir(folder, db, workers=1)
+                made[folder] = db
+            except TraceanalyzeError as exc:
+                made[folder] = exc
+        found = made[folder]
+        if isinstance(found, TraceanalyzeError):
+            raise found
+        return found
+
+    try:
+        yield get
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def fixture_summary(fixture_db):
+    """`fixture_summary(folder, trace_dir)` -> the summary dict the real pipeline builds for the
+    shared database of `folder` (report_helpers.real_summary; `trace_dir` is the folder as the
+    summary names it), built once per test process; each call returns a fresh copy to change."""
+    import json
+
+    from report_helpers import real_summary
+
+    made: dict[tuple[Path, str], str] = {}
+
+    def get(folder: Path, trace_dir: str) -> dict:
+        key = (Path(folder).resolve(), trace_dir)
+        if key not in made:
+            made[key] = json.dumps(real_summary(fixture_db(folder), trace_dir))
+        return json.loads(made[key])
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def balanced_db(fixture_db) -> Path:
+    """The recorded balanced 4-rank gloo DDP run, loaded into a DuckDB file (read-only)."""
+    return fixture_db(FIXTURES / "balanced")
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300):

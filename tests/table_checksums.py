@@ -26,6 +26,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 
@@ -73,17 +74,23 @@ def corpus() -> list[Path]:
     return dirs
 
 
-def load_checksums(folder: Path) -> dict:
-    """The checksums of `folder` loaded into a fresh database, or the load's one-line error."""
+def load_checksums(folder: Path, db_of: Callable[[Path], Path] | None = None) -> dict:
+    """The checksums of `folder` loaded into a fresh database (one map at a time), or the load's
+    one-line error. `db_of(folder)`: where the folder is loaded already that way (the tests'
+    shared fixture databases), instead of a fresh load."""
     from traceanalyze.errors import TraceanalyzeError
     from traceanalyze.load import load_trace_dir
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            load_trace_dir(folder, Path(tmp) / "trace.duckdb", workers=1)
+            if db_of is not None:
+                db = db_of(folder)
+            else:
+                db = Path(tmp) / "trace.duckdb"
+                load_trace_dir(folder, db, workers=1)
         except TraceanalyzeError as exc:
             return {"error": _normalized(str(exc), str(ROOT))}
-        return table_checksums(Path(tmp) / "trace.duckdb")
+        return table_checksums(db)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,12 @@ def cli_json(*args) -> dict:
 
 
 @pytest.fixture(scope="module")
-def straggler(tmp_path_factory):
-    """The run analysed by the API, and the summary.json the command line writes for it."""
+def straggler(tmp_path_factory, fixture_db):
+    """The run analysed by the API (its database the session's shared one), and the summary.json
+    the command line writes for it."""
     cli_summary = cli_json(STRAGGLER, "--out", tmp_path_factory.mktemp("cli"), "--quiet", "--format", "json",
                            "--no-html")
-    a = traceanalyze.analyze(STRAGGLER, progress=False)
+    a = traceanalyze.analyze(STRAGGLER, db=fixture_db(STRAGGLER), progress=False)
     yield a, cli_summary
     a.close()
 
@@ -150,12 +151,12 @@ def test_a_kept_database_is_reused(tmp_path):
     assert any(m.startswith("reusing") for m in seen)
 
 
-def test_params_change_a_threshold():
+def test_params_change_a_threshold(fixture_db):
     a, late_ms = None, None
-    with traceanalyze.analyze(STRAGGLER, progress=False) as a:
+    with traceanalyze.analyze(STRAGGLER, db=fixture_db(STRAGGLER), progress=False) as a:
         late_ms = a.findings[0].evidence["late_ms"]
     above = {"collective-straggler.min_late_ms": late_ms * 2}
-    with traceanalyze.analyze(STRAGGLER, params=above, progress=False) as quiet:
+    with traceanalyze.analyze(STRAGGLER, db=fixture_db(STRAGGLER), params=above, progress=False) as quiet:
         assert "collective-straggler" not in [f.rule for f in quiet.findings]
     with pytest.raises(traceanalyze.TraceError, match="no_such"):
         traceanalyze.analyze(STRAGGLER, params={"collective-straggler.no_such": 1})
@@ -195,10 +196,10 @@ def test_summary_load_validates_and_round_trips(tmp_path):
     assert info.value.path == str(bad)
 
 
-def test_diff_of_analyses_is_the_diff_of_their_summaries(straggler, tmp_path):
+def test_diff_of_analyses_is_the_diff_of_their_summaries(straggler, tmp_path, fixture_db):
     a, cli_summary = straggler
     balanced = cli_json(BALANCED, "--out", tmp_path, "--quiet", "--format", "json", "--no-html")
-    with traceanalyze.analyze(BALANCED, progress=False) as b:
+    with traceanalyze.analyze(BALANCED, db=fixture_db(BALANCED), progress=False) as b:
         got = traceanalyze.diff(b, a).to_dict()
     assert got == diff_summaries(balanced, cli_summary).to_dict()
     assert traceanalyze.diff(traceanalyze.Summary.from_dict(balanced), cli_summary).to_dict() == got
@@ -222,9 +223,9 @@ def test_diff_of_summary_files_runs_without_the_command_line_layer(tmp_path):
     assert expected and got["added"] == expected
 
 
-def test_scaling_of_analyses_matches_the_command_line():
+def test_scaling_of_analyses_matches_the_command_line(fixture_db):
     expected = cli_json("scaling", *SCALING, "--format", "json", "--quiet")
-    runs = [traceanalyze.analyze(d, progress=False) for d in SCALING]
+    runs = [traceanalyze.analyze(d, db=fixture_db(d), progress=False) for d in SCALING]
     try:
         assert traceanalyze.scaling(runs).to_dict() == expected
     finally:

@@ -39,15 +39,14 @@ def _steps(events: list[dict]) -> dict[int, tuple[float, float]]:
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
+def analysed(fixture_db):
     from traceanalyze import analyze
 
     cache: dict[str, tuple] = {}
 
     def get(scenario: str):
         if scenario not in cache:
-            db = tmp_path_factory.mktemp(scenario) / "trace.duckdb"
-            with analyze(CUDA / scenario, db=db) as a:
+            with analyze(CUDA / scenario, db=fixture_db(CUDA / scenario)) as a:
                 con = a.connection()
                 eff = con.execute("""
                     SELECT step, flops, achieved_tflops, peak_tflops, mfu_pct, gpu

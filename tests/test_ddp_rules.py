@@ -18,7 +18,6 @@ import duckdb
 import pytest
 
 from tests.tracejson import base_ns, complete, read_trace, steps, to_ns
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnosis.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,18 +67,15 @@ def mlp_param_shapes(mlp: dict) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def findings(tmp_path_factory):
-    """findings(scenario, rule) -> that rule's findings on the recorded scenario (each folder loaded once)."""
+def findings(fixture_db):
+    """findings(scenario, rule) -> that rule's findings on the recorded scenario (each folder
+    loaded once per session: the shared fixture databases)."""
     rules = {r.id: r for r in load_rules()}
-    dbs: dict[str, Path] = {}
 
     def run(scenario: str, rule: str):
         folder = FIXTURES / scenario
         assert any(folder.glob("*.pt.trace.json.gz")), f"{scenario} is not recorded (fixtures/record_ddp.py)"
-        if scenario not in dbs:
-            dbs[scenario] = tmp_path_factory.mktemp(scenario) / "trace.duckdb"
-            load_trace_dir(folder, dbs[scenario])
-        con = duckdb.connect(str(dbs[scenario]), read_only=True)
+        con = duckdb.connect(str(fixture_db(folder)), read_only=True)
         try:
             return run_rule(con, rules[rule])
         finally:

@@ -29,15 +29,14 @@ REAL = ROOT / "fixtures" / "real"
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    """analysed(folder) -> the summary dict (findings one per root cause, judgement); each loaded once."""
+def analysed(fixture_db):
+    """analysed(folder) -> the summary dict (findings one per root cause, judgement); each folder
+    loaded once per session (the shared fixture databases)."""
     cache: dict[Path, dict] = {}
 
     def run(folder: Path) -> dict:
         if folder not in cache:
-            db = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
-            load_trace_dir(folder, db)
-            with duckdb.connect(str(db), read_only=True) as con:
+            with duckdb.connect(str(fixture_db(folder)), read_only=True) as con:
                 cache[folder] = build_summary(con, str(folder), diagnose(con))
         return cache[folder]
 

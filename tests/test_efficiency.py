@@ -20,15 +20,9 @@ def _events(folder: str) -> list[list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    made: dict[str, Path] = {}
-
+def loaded(fixture_db):
     def load(folder: str) -> duckdb.DuckDBPyConnection:
-        if folder not in made:
-            db = tmp_path_factory.mktemp("eff") / "trace.duckdb"
-            load_trace_dir(REAL / folder, db)
-            made[folder] = db
-        return duckdb.connect(str(made[folder]), read_only=True)
+        return duckdb.connect(str(fixture_db(REAL / folder)), read_only=True)
 
     return load
 
@@ -153,10 +147,10 @@ def test_bus_bandwidth_of_nccl_all_reduces_from_the_kernel_args(loaded):
         assert busbw == pytest.approx(want_busbw, rel=1e-3)
 
 
-def test_the_api_gives_the_tables_and_a_peak_override_rescales_mfu():
+def test_the_api_gives_the_tables_and_a_peak_override_rescales_mfu(fixture_db):
     import traceanalyze
 
-    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", progress=False) as a:
+    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", db=fixture_db(REAL / "kineto-resnet50-nw0"), progress=False) as a:
         default = a.efficiency()
         given = a.efficiency(peak_tflops=31.4)
         steps = a.sql("SELECT step, flops, dur_ns FROM step_efficiency ORDER BY step")
@@ -192,12 +186,10 @@ def _dataloader_ns_by_rank(folder: Path, step: int) -> dict[int, int]:
     return out
 
 
-def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(tmp_path):
+def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(fixture_db):
     """input_straggler: the rank with the longest DataLoader wait (from the JSON) holds every
     step, so each step's path holds that rank's DataLoader wait and crosses to it at a collective."""
-    db = tmp_path / "trace.duckdb"
-    load_trace_dir(DDP / "input_straggler", db)
-    con = duckdb.connect(str(db), read_only=True)
+    con = duckdb.connect(str(fixture_db(DDP / "input_straggler")), read_only=True)
     try:
         steps = [s for (s,) in con.execute("SELECT step FROM aligned_steps ORDER BY step").fetchall()]
         assert steps
@@ -219,14 +211,14 @@ def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(tmp_pat
         con.close()
 
 
-def test_the_summary_and_report_carry_the_efficiency(tmp_path):
+def test_the_summary_and_report_carry_the_efficiency(tmp_path, fixture_db):
     """ResNet-50 (V100, fp32): the summary's MFU over the aligned steps is their FLOPs at 15.7
     TFLOP/s over their time, the summary matches the JSON Schema, and report.html shows it."""
     import traceanalyze
     from traceanalyze.output.units import fmt_pct
     from traceanalyze.summary.model import schema_problem
 
-    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", progress=False) as a:
+    with traceanalyze.analyze(REAL / "kineto-resnet50-nw0", db=fixture_db(REAL / "kineto-resnet50-nw0"), progress=False) as a:
         flops, dur_ns = a.sql("SELECT sum(e.flops), sum(e.dur_ns) FROM step_efficiency AS e "
                               "JOIN aligned_steps USING (step)").row(0)
         paths = a.write_report(tmp_path / "out")

@@ -16,10 +16,10 @@ STRAGGLER = ROOT / "fixtures" / "ddp" / "input_straggler"
 
 
 @pytest.fixture(scope="module")
-def straggler():
+def straggler(fixture_db):
     import traceanalyze
 
-    with traceanalyze.analyze(STRAGGLER) as a:
+    with traceanalyze.analyze(STRAGGLER, db=fixture_db(STRAGGLER)) as a:
         finding = next(f for f in a.findings if f.rule == "collective-straggler")
         lateness = a.sql("SELECT step, late_ns FROM step_lateness WHERE rank = ? ORDER BY step",
                          [finding.ranks[0]]).rows()

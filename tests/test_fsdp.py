@@ -25,7 +25,6 @@ import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
 from traceanalyze.diagnosis.diagnose import diagnose
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnosis.ruleset import load_rules, run_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,17 +81,13 @@ def json_calls(events: list[dict], base: int) -> list[tuple[int, str, int]]:
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    """db(scenario) -> path of its trace database (each folder loaded once)."""
-    dbs: dict[str, Path] = {}
+def db(fixture_db):
+    """db(scenario) -> path of its trace database (each folder loaded once per session, shared)."""
 
     def get(scenario: str) -> Path:
         folder = FIXTURES / scenario
         assert any(folder.glob("*.pt.trace.json.gz")), f"{scenario} is not recorded (fixtures/record_ddp.py)"
-        if scenario not in dbs:
-            dbs[scenario] = tmp_path_factory.mktemp(scenario) / "trace.duckdb"
-            load_trace_dir(folder, dbs[scenario])
-        return dbs[scenario]
+        return fixture_db(folder)
 
     return get
 

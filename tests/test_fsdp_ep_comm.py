@@ -23,7 +23,6 @@ import pytest
 
 from tests.tracejson import args, base_ns, complete, read_trace, steps, to_ns
 from traceanalyze.diagnosis.diagnose import diagnose
-from traceanalyze.load import load_trace_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 EP = ROOT / "fixtures" / "parallel" / "ep_all_to_all"
@@ -35,14 +34,14 @@ DTYPE_BYTES = {"float": 4, "int": 4, "long int": 8, "long": 8, "unsigned char": 
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    """db(folder) -> (database path, findings of every rule), each folder loaded once."""
+def db(fixture_db):
+    """db(folder) -> (database path, findings of every rule), each folder loaded once per session
+    (the shared fixture databases)."""
     cache: dict[Path, tuple] = {}
 
     def get(folder: Path):
         if folder not in cache:
-            path = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
-            load_trace_dir(folder, path)
+            path = fixture_db(folder)
             con = duckdb.connect(str(path), read_only=True)
             try:
                 cache[folder] = (path, list(diagnose(con).findings))

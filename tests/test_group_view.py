@@ -55,14 +55,14 @@ def _steps(events: list[dict]) -> dict[int, tuple[Decimal, Decimal]]:
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    """(summary, report page, trace folder) of a folder, analysed once per module."""
+def analysed(fixture_db):
+    """(summary, report page, trace folder) of a folder, analysed once per module (its database
+    loaded once per session: the shared fixture databases)."""
     cache: dict[Path, tuple[dict, str]] = {}
 
     def get(folder: Path):
         if folder not in cache:
-            db = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
-            with analyze(folder, db=db, progress=False) as a:
+            with analyze(folder, db=fixture_db(folder), progress=False) as a:
                 summary = json.loads(json.dumps(a.summary_dict, default=str))
                 stages = a.connection().execute("SELECT rank, stage, stages FROM pipeline_stages ORDER BY rank").fetchall()
             cache[folder] = (summary, render_html(build_context(summary, DB_SHOWN)), stages)

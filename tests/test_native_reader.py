@@ -12,7 +12,6 @@ import duckdb
 import pytest
 from conftest import FIXTURES, REAL_TRACES
 
-import traceanalyze.load as load
 
 FOLDERS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable") \
     + sorted(p for p in FIXTURES.iterdir() if p.is_dir())
@@ -80,10 +79,8 @@ def _normalized_other_args(text: str | None) -> str | None:
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
-def test_raw_events_equal_an_independent_parse(folder, tmp_path):
-    db = tmp_path / "t.duckdb"
-    load.load_trace_dir(folder, db)
-    with duckdb.connect(str(db), read_only=True) as con:
+def test_raw_events_equal_an_independent_parse(folder, fixture_db):
+    with duckdb.connect(str(fixture_db(folder)), read_only=True) as con:
         files = con.execute("SELECT rank, file FROM ranks").fetchall()
         for rank, file in files:
             raw = open(file, "rb").read()

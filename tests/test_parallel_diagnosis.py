@@ -44,15 +44,14 @@ def _dimension(scenario: str, mesh_name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
+def analysed(fixture_db):
     from traceanalyze import analyze
 
     cache: dict[str, tuple] = {}
 
     def get(scenario: str):
         if scenario not in cache:
-            db = tmp_path_factory.mktemp(scenario) / "trace.duckdb"
-            with analyze(PARALLEL / scenario, db=db) as a:
+            with analyze(PARALLEL / scenario, db=fixture_db(PARALLEL / scenario)) as a:
                 rows = a.connection().execute("""
                     SELECT rank, kind, op, group_ranks, group_source, peer FROM collectives""").fetchall()
                 cache[scenario] = (a.summary_dict, rows)

@@ -123,6 +123,30 @@ def test_gloo_groups_of_a_device_mesh_are_inferred_per_runloop_thread(tmp_path):
     assert issues == [(r, "group-inferred", "info", 3 * DP2_TP2["steps"]) for r in range(4)]
 
 
+def test_a_group_without_a_description_is_told_by_its_ranks(tmp_path, cli):
+    """Torch writes pg_desc 'undefined' for a group created without a description: no table
+    holds it as a description and no text the user reads shows it; notes name such a group by
+    its ranks."""
+    spec = dict(DP2_TP2, groups=[{k: v for k, v in g.items() if k != "desc"} for g in GROUPS_DP2_TP2])
+    folder = write_trace_dir(spec, tmp_path / "trace")
+    descs = {g["pg_desc"] for p in folder.glob("rank*.json")
+             for g in json.loads(p.read_text())["distributedInfo"]["pg_config"]}
+    assert descs == {"undefined"}  # (as torch writes it)
+    result = cli(folder, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    db = tmp_path / "out" / "trace.duckdb"
+    for table in ("pg_configs", "collectives", "process_groups"):
+        assert _query(db, f"SELECT count(*) FROM {table} WHERE pg_desc IS NOT NULL") == [(0,)], table
+    notes = dict(_query(db, "SELECT rank, message FROM load_issues WHERE kind = 'group-inferred'"))
+    for rank in range(4):
+        named = ", ".join(f"{g['name']} (ranks {','.join(map(str, g['ranks']))})" for g in GROUPS_DP2_TP2
+                          if rank in g["ranks"] and len(g["ranks"]) == 2)
+        assert f"assigned to groups {named} told apart" in notes[rank]
+    shown = [result.stdout, result.stderr] + [p.read_text() for p in (tmp_path / "out").iterdir()
+                                              if p.suffix in (".json", ".html", ".md", ".txt")]
+    assert len(shown) >= 4 and not any("undefined" in text for text in shown)
+
+
 def test_layout_of_a_device_mesh_reads_dp_by_tp(tmp_path):
     folder = write_trace_dir(DP2_TP2, tmp_path / "trace")
     with analyze(folder) as a:

@@ -12,19 +12,16 @@ from collections import defaultdict
 import duckdb
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
-from report_helpers import FIXTURES, injected, real_summary
+from report_helpers import FIXTURES, injected
 
-from traceanalyze.load import load_trace_dir
 from traceanalyze.output.perfetto import build_perfetto_trace
 
 SCENARIO = "input_straggler"
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    db = tmp_path_factory.mktemp("pf") / "trace.duckdb"
-    load_trace_dir(FIXTURES / SCENARIO, db)
-    return db, real_summary(db, f"fixtures/ddp/{SCENARIO}")
+def loaded(fixture_db, fixture_summary):
+    return fixture_db(FIXTURES / SCENARIO), fixture_summary(FIXTURES / SCENARIO, f"fixtures/ddp/{SCENARIO}")
 
 
 def _trace(db, summary) -> Trace:

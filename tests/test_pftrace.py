@@ -24,6 +24,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 sys.path.insert(0, str(Path(__file__).parent))
 import pftrace_convert as conv
 
+import traceanalyze
 from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load import load_trace_dir
@@ -95,16 +96,19 @@ def count_json_events(src: Path) -> int:
 
 @pytest.mark.parametrize("folder", [REAL / d for d in REAL_DIRS] + [DDP / d for d in DDP_DIRS],
                          ids=lambda p: p.name)
-def test_converted_traces_give_the_same_tables_and_findings(folder: Path, tmp_path: Path):
+def test_converted_traces_give_the_same_tables_and_findings(folder: Path, tmp_path: Path, fixture_db):
+    """The JSON side is the session's shared database of the folder, analyzed as run_analysis
+    analyzes (the configuration looked up from the working folder)."""
     convert_dir(folder, tmp_path / "pf")
-    json_run = run_analysis(folder, tmp_path / "json-out", html=False)
+    with traceanalyze.analyze(folder, db=fixture_db(folder), config=Path.cwd(), progress=False) as a:
+        json_summary = a.summary_dict
     pf_run = run_analysis(tmp_path / "pf", tmp_path / "pf-out", html=False)
-    assert_same_tables(json_run.paths.db, pf_run.paths.db)
+    assert_same_tables(fixture_db(folder), pf_run.paths.db)
     with duckdb.connect(str(pf_run.paths.db), read_only=True) as con:
         (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
     assert events == count_json_events(folder)  # every event of the JSON, one row each
-    assert pf_run.summary["findings"] == json_run.summary["findings"]
-    assert without_files(pf_run.summary["ranks"]) == without_files(json_run.summary["ranks"])
+    assert pf_run.summary["findings"] == json_summary["findings"]
+    assert without_files(pf_run.summary["ranks"]) == without_files(json_summary["ranks"])
 
 
 def without_files(ranks: list[dict]) -> list[dict]:
@@ -112,17 +116,16 @@ def without_files(ranks: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("file", "events_bytes")} for r in ranks]
 
 
-def test_gzipped_compressed_packets_and_interning_resets_read_the_same(tmp_path: Path):
+def test_gzipped_compressed_packets_and_interning_resets_read_the_same(tmp_path: Path, fixture_db):
     folder = REAL / "kineto-resnet50-nw0"
     convert_dir(folder, tmp_path / "pf", gzipped=True, compress=True, reset_every=7)
     (pf_file,) = (tmp_path / "pf").iterdir()
     raw = gzip.decompress(pf_file.read_bytes())
     packets = list(pb.Trace.FromString(raw).packet)
     assert packets and all(p.HasField("compressed_packets") for p in packets)  # the layout we mean to test
-    json_db, pf_db = tmp_path / "j.duckdb", tmp_path / "p.duckdb"
-    load_trace_dir(folder, json_db)
+    pf_db = tmp_path / "p.duckdb"
     load_trace_dir(tmp_path / "pf", pf_db)
-    assert_same_tables(json_db, pf_db)
+    assert_same_tables(fixture_db(folder), pf_db)
 
 
 def test_counters_begin_end_named_tracks_and_odd_metadata(tmp_path: Path):

@@ -20,7 +20,6 @@ import pytest
 from tests.tracejson import base_ns, complete, rank_of, read_trace, steps, to_ns
 from traceanalyze.diagnosis.config import load_config
 from traceanalyze.diagnosis.diagnose import diagnose
-from traceanalyze.load import load_trace_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PARALLEL = ROOT / "fixtures" / "parallel"
@@ -80,12 +79,10 @@ def _busy_inside(r: dict, lo: int, hi: int) -> int:
 
 
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
-def scenario(request, tmp_path_factory):
+def scenario(request, fixture_db):
     folder = PARALLEL / request.param
     expected = json.loads((folder / "expected.json").read_text())
-    db = tmp_path_factory.mktemp(request.param) / "trace.duckdb"
-    load_trace_dir(folder, db)
-    con = duckdb.connect(str(db), read_only=True)
+    con = duckdb.connect(str(fixture_db(folder)), read_only=True)
     try:
         diagnosis = diagnose(con, load_config(ROOT, []))
     finally:

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 from processes import carrying_owner_token, cmdline, descendants, stop
-from report_helpers import FIXTURES, SCRIPT, hostile_summary, injected, real_summary
+from report_helpers import FIXTURES, SCRIPT, hostile_summary, injected
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from traceanalyze.load import load_trace_dir
 from traceanalyze.output.html import write_html
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -62,10 +61,8 @@ def driver():
 
 
 @pytest.fixture(scope="module")
-def summary(tmp_path_factory) -> dict:
-    db = tmp_path_factory.mktemp("browser") / "trace.duckdb"
-    load_trace_dir(FIXTURES / SCENARIO, db)
-    return real_summary(db, f"fixtures/ddp/{SCENARIO}")
+def summary(fixture_summary) -> dict:
+    return fixture_summary(FIXTURES / SCENARIO, f"fixtures/ddp/{SCENARIO}")
 
 
 def _open(driver, summary: dict, folder: Path) -> list[dict]:
@@ -151,10 +148,8 @@ def test_copy_button_reacts_without_errors(driver, summary, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def parallel_summary(tmp_path_factory) -> dict:
-    db = tmp_path_factory.mktemp("browser-3d") / "trace.duckdb"
-    load_trace_dir(PARALLEL / "pp2_dp2_tp2_3d", db)
-    return real_summary(db, "fixtures/parallel/pp2_dp2_tp2_3d")
+def parallel_summary(fixture_summary) -> dict:
+    return fixture_summary(PARALLEL / "pp2_dp2_tp2_3d", "fixtures/parallel/pp2_dp2_tp2_3d")
 
 
 def test_process_groups_section_renders_a_heatmap_per_dimension_and_the_pipeline(driver, parallel_summary, tmp_path):

@@ -11,9 +11,8 @@ from html.parser import HTMLParser
 
 import duckdb
 import pytest
-from report_helpers import FIXTURES, IMG, SCRIPT, hostile_summary, injected, real_summary
+from report_helpers import FIXTURES, IMG, SCRIPT, hostile_summary, injected
 
-from traceanalyze.load import load_trace_dir
 from traceanalyze.output.html import build_context, render_html, sql_command, undocumented_fields
 from traceanalyze.output.presentation import ordered_findings
 from traceanalyze.output.units import fmt_ms
@@ -43,10 +42,8 @@ def parse(html: str) -> _Elements:
 
 
 @pytest.fixture(scope="module")
-def straggler(tmp_path_factory) -> dict:
-    db = tmp_path_factory.mktemp("is") / "trace.duckdb"
-    load_trace_dir(FIXTURES / "input_straggler", db)
-    return real_summary(db, "fixtures/ddp/input_straggler")
+def straggler(fixture_summary) -> dict:
+    return fixture_summary(FIXTURES / "input_straggler", "fixtures/ddp/input_straggler")
 
 
 @pytest.fixture(scope="module")
@@ -261,17 +258,14 @@ def evidence_blocks(page: str) -> _Evidence:
 
 
 @pytest.fixture(scope="module")
-def region_summary(tmp_path_factory) -> dict:
-    db = tmp_path_factory.mktemp("fsdp2") / "trace.duckdb"
-    load_trace_dir(FIXTURES.parent / "parallel" / "fsdp2_annotated_input_straggler", db)
-    return real_summary(db, "fixtures/parallel/fsdp2_annotated_input_straggler")
+def region_summary(fixture_summary) -> dict:
+    return fixture_summary(FIXTURES.parent / "parallel" / "fsdp2_annotated_input_straggler",
+                           "fixtures/parallel/fsdp2_annotated_input_straggler")
 
 
 @pytest.fixture(scope="module")
-def periodic_summary(tmp_path_factory) -> dict:
-    db = tmp_path_factory.mktemp("phe") / "trace.duckdb"
-    load_trace_dir(FIXTURES / "periodic_host_end", db)
-    return real_summary(db, "fixtures/ddp/periodic_host_end")
+def periodic_summary(fixture_summary) -> dict:
+    return fixture_summary(FIXTURES / "periodic_host_end", "fixtures/ddp/periodic_host_end")
 
 
 def _values(block: list[list[str]]) -> dict[str, str]:

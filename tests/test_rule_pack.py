@@ -20,7 +20,6 @@ from conftest import REAL_TRACES
 from traceanalyze import db as tracedb
 from traceanalyze.diagnosis.config import load_config
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnosis.ruleset import (
     DOC_SECTIONS,
     REQUIRED_COLUMNS,
@@ -219,22 +218,20 @@ def test_analyze_rejects_an_unknown_parameter_with_exit_code_2(tmp_path):
     assert "bogus_pct" in result.stderr
 
 
-def _findings_on_real_trace(folder: str, rule_id: str, tmp_path) -> list:
-    """The findings of one rule on a trace folder of fixtures/real (copies of real traces), loaded
-    for the test, judged whatever the window (these tests check how a finding reads; on these
+def _findings_on_real_trace(folder: str, rule_id: str, fixture_db) -> list:
+    """The findings of one rule on a trace folder of fixtures/real (copies of real traces), its
+    shared database, judged whatever the window (these tests check how a finding reads; on these
     windows of one step or none the rule engine itself abstains or reports at info)."""
-    db = tmp_path / "t.duckdb"
-    load_trace_dir(REAL_TRACES / folder, db)
     rule = {r.id: r for r in load_rules()}[rule_id]
-    with duckdb.connect(str(db), read_only=True) as con:
+    with duckdb.connect(str(fixture_db(REAL_TRACES / folder)), read_only=True) as con:
         return run_rule(con, rule, window=False)
 
 
 @pytest.mark.parametrize("folder", ["hta-large-integer", "hta-trace-file-list"])
-def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
+def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, fixture_db):
     """Steps of 0.2 and 1.6 ms: a finding's title gives its sub-ms times with two significant
     digits (0.15 ms), never '0 ms' for time that is there."""
-    findings = _findings_on_real_trace(folder, "gpu-idle-gaps", tmp_path)
+    findings = _findings_on_real_trace(folder, "gpu-idle-gaps", fixture_db)
     assert findings
     for f in findings:
         idle_ms = f.evidence["idle_ms"]
@@ -244,8 +241,8 @@ def test_a_sub_millisecond_cost_is_not_printed_as_zero(folder, tmp_path):
             assert f"idle {idle_ms:.2g} ms per step" in f.title
 
 
-def test_a_count_of_syncs_reads_as_english(tmp_path):
+def test_a_count_of_syncs_reads_as_english(fixture_db):
     """host-sync on the Triton example (one cudaDeviceSynchronize per window): 'once', not '1 times'."""
-    (f,) = _findings_on_real_trace("hta-triton-example", "host-sync", tmp_path)
+    (f,) = _findings_on_real_trace("hta-triton-example", "host-sync", fixture_db)
     assert f.evidence["syncs_per_step"] == 1
     assert "synchronizes with the GPU once per step" in f.title

@@ -19,7 +19,6 @@ import pytest
 from gate_runs import expected
 
 from traceanalyze.diagnosis.diagnose import diagnose
-from traceanalyze.load import load_trace_dir
 from traceanalyze.diagnosis.ruleset import load_rules
 from traceanalyze.summary.build import build_summary
 
@@ -36,17 +35,18 @@ def _scenarios() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def analyse(tmp_path_factory):
-    """analyse(folder) -> (findings of every rule, loaded ranks, database path); each folder loaded once."""
+def analyse(fixture_db):
+    """analyse(folder) -> (findings of every rule, loaded ranks, database path); each folder
+    loaded once per session (the shared fixture databases)."""
     cache: dict[Path, tuple] = {}
 
     def run(folder: Path):
         if folder not in cache:
-            db = tmp_path_factory.mktemp(folder.name) / "trace.duckdb"
-            result = load_trace_dir(folder, db)
+            db = fixture_db(folder)
             con = duckdb.connect(str(db), read_only=True)
             try:
-                cache[folder] = (list(diagnose(con).findings), result.ranks, db)
+                ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+                cache[folder] = (list(diagnose(con).findings), ranks, db)
             finally:
                 con.close()
         return cache[folder]

@@ -65,9 +65,9 @@ def truth() -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("scaling")
-    return analyze_runs([RUNS[4], RUNS[1], RUNS[2]], lambda d: out / d.name / "trace.duckdb")
+def report(fixture_db):
+    """The runs' databases are the session's shared ones (analyze_runs finds them unchanged)."""
+    return analyze_runs([RUNS[4], RUNS[1], RUNS[2]], fixture_db)
 
 
 def test_the_scaling_runs_are_recorded():

@@ -5,23 +5,19 @@ from __future__ import annotations
 import copy
 
 import pytest
-from report_helpers import FIXTURES, fixture_scenarios, real_summary, schema_errors
-
-from traceanalyze.load import load_trace_dir
+from report_helpers import FIXTURES, fixture_scenarios, schema_errors
 
 SCENARIOS = fixture_scenarios()
 
 
-@pytest.fixture(scope="module")
-def balanced_summary(balanced_db) -> dict:
-    return real_summary(balanced_db, "fixtures/ddp/balanced")
+@pytest.fixture
+def balanced_summary(fixture_summary) -> dict:
+    return fixture_summary(FIXTURES / "balanced", "fixtures/ddp/balanced")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_real_summary_of_every_recorded_scenario_matches_the_schema(scenario, tmp_path):
-    db = tmp_path / "trace.duckdb"
-    load_trace_dir(FIXTURES / scenario, db)
-    summary = real_summary(db, f"fixtures/ddp/{scenario}")
+def test_real_summary_of_every_recorded_scenario_matches_the_schema(scenario, fixture_summary):
+    summary = fixture_summary(FIXTURES / scenario, f"fixtures/ddp/{scenario}")
     assert schema_errors(summary) == []
 
 

@@ -24,8 +24,8 @@ def test_reference_covers_the_corpus():
 
 
 @pytest.mark.parametrize("folder", DIRS, ids=[str(d.relative_to(ROOT)) for d in DIRS])
-def test_every_table_as_before(folder: Path):
-    got = load_checksums(folder)
+def test_every_table_as_before(folder: Path, fixture_db):
+    got = load_checksums(folder, fixture_db)
     want = REFERENCE[str(folder.relative_to(ROOT))]
     assert sorted(got) == sorted(want)  # the same tables (or the same error)
     differing = {t: (got[t], want[t]) for t in want if got[t] != want[t]}

@@ -158,7 +158,7 @@ SELECT
     st.stages,
     st.pipeline_ranks,
     coalesce((SELECT count(*) FROM pipeline_stages AS o WHERE o.stage = st.stage AND o.rank <> p.rank), 0) > 0 AS has_stage_peers,
-    CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN ' of the ' || group_label(pg.dimension, pg.ranks)
+    CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN ' of the ' || group_phrase(pg.dimension, pg.ranks)
          ELSE '' END AS group_text
 FROM per_rank AS p CROSS JOIN job AS j
 LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group

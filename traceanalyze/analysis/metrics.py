@@ -38,6 +38,9 @@ WITH memory_peak AS (
     SELECT m.rank, max(m.total_allocated_bytes) FILTER (WHERE m.device_kind = 'cuda') AS cuda_bytes,
            max(m.total_allocated_bytes) AS any_bytes
     FROM memory AS m JOIN aligned_steps USING (step) GROUP BY m.rank
+),
+runtime_calls AS (
+    SELECT rank, count(*) AS calls FROM runtime GROUP BY rank
 )
 SELECT
     p.rank,
@@ -50,12 +53,14 @@ SELECT
     100.0 * sum(g.busy_ns) / sum(p.dur_ns) FILTER (WHERE g.devices IS NOT NULL) AS gpu_busy_pct,
     100.0 * sum(g.comm_overlapped_ns) / nullif(sum(g.comm_ns), 0) AS comm_overlap_pct,
     coalesce(sum(cu.comm_ns), 0) / count(*) / 1e6 AS comm_ms_per_step,
-    any_value(coalesce(mp.cuda_bytes, mp.any_bytes)) AS peak_memory_bytes
+    any_value(coalesce(mp.cuda_bytes, mp.any_bytes)) AS peak_memory_bytes,
+    coalesce(any_value(rc.calls), 0) AS gpu_runtime_calls
 FROM step_phases AS p
 JOIN aligned_steps USING (step)
 LEFT JOIN step_gpu AS g USING (rank, step)
 LEFT JOIN step_comm AS cu USING (rank, step)
 LEFT JOIN memory_peak AS mp USING (rank)
+LEFT JOIN runtime_calls AS rc USING (rank)
 GROUP BY p.rank
 ORDER BY p.rank
 """
@@ -136,6 +141,7 @@ def rank_metrics(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, Any]]:
             "comm_overlap_pct": _ms(r["comm_overlap_pct"]),
             "comm_ms_per_step": _ms(r["comm_ms_per_step"]),
             "peak_memory_bytes": None if r["peak_memory_bytes"] is None else int(r["peak_memory_bytes"]),
+            "gpu_runtime_calls": int(r["gpu_runtime_calls"]),
         }
     return out
 

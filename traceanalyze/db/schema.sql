@@ -21,7 +21,7 @@ CREATE TABLE ranks (
 CREATE TABLE pg_configs (
     rank INTEGER,               -- global rank whose trace lists the group
     pg_name VARCHAR,            -- the group's name (pg_config.pg_name; '0' is the default group; torch numbers groups in creation order, the same on every rank)
-    pg_desc VARCHAR,            -- its description (pg_config.pg_desc: 'default_pg', 'mesh_tp', 'mesh_dp', ...), NULL when absent
+    pg_desc VARCHAR,            -- its description (pg_config.pg_desc: 'default_pg', 'mesh_tp', 'mesh_dp', ...), NULL when absent or 'undefined'
     ranks INTEGER[],            -- global ranks of the group in group-rank order (pg_config.ranks: a list, or a quoted string in on-demand traces)
     pg_size INTEGER,            -- pg_config.pg_size, else the number of ranks
     backend_config VARCHAR,     -- pg_config.backend_config ('cpu:gloo,cuda:gloo', 'cuda:nccl'), NULL when absent

@@ -187,12 +187,13 @@ def _record_issues(con) -> None:
         INSERT INTO load_issues
         SELECT c.rank, r.file, 'group-inferred', 'info',
                'gloo collectives and send / recv carry no process group; assigned to groups '
-               || string_agg(DISTINCT c.process_group || coalesce(' (' || c.pg_desc || ')', ''), ', '
-                             ORDER BY c.process_group || coalesce(' (' || c.pg_desc || ')', ''))
+               || string_agg(DISTINCT c.labelled, ', ' ORDER BY c.labelled)
                || ' told apart by matching the call order, message sizes and ends of the ranks sharing each group',
                count(*)
-        FROM collectives AS c JOIN ranks AS r USING (rank)
-        WHERE c.group_source = 'inferred' GROUP BY c.rank, r.file
+        FROM (SELECT rank, process_group || group_label(pg_desc, group_ranks) AS labelled
+              FROM collectives WHERE group_source = 'inferred') AS c
+        JOIN ranks AS r USING (rank)
+        GROUP BY c.rank, r.file
     """)
     con.execute("""
         INSERT INTO load_issues

@@ -183,7 +183,8 @@ def _insert_pg_configs(con, tf: TraceFile, read: RankRead) -> None:
         return
     rows, bad = pg_config_rows(tf.rank, configs)
     if rows:
-        con.executemany("INSERT INTO pg_configs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        # (group_desc: torch's 'undefined' for a group without a description reads as none)
+        con.executemany("INSERT INTO pg_configs VALUES (?, ?, group_desc(?), ?, ?, ?, ?)", rows)
     if bad:
         con.execute("INSERT INTO load_issues VALUES (?, ?, 'bad-pg-config', 'warning', ?, ?)",
                     [tf.rank, tf.url or str(tf.path),
@@ -273,6 +274,18 @@ def _record_event_issues(con) -> None:
                'no ProfilerStep#N annotations (profiled without a schedule): the whole trace is analyzed as one window',
                NULL
         FROM steps AS s JOIN ranks AS r USING (rank) WHERE s.synthetic
+    """)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT k.rank, r.file, 'range-profiler-kernels', 'info',
+               'kernels recorded by the CUPTI range profiler (cuda_profiler_range events) carry performance '
+               || 'counters (kernels.counters) but no measured times (Kineto spreads them over the profiling '
+               || 'window): GPU busy and idle time are not reported'
+               || CASE WHEN count(k.correlation) < count(*)
+                       THEN '; their number differs from the kernel launches: not matched to the launching calls'
+                       ELSE '' END,
+               count(*)
+        FROM kernels AS k JOIN ranks AS r USING (rank) WHERE k.counters IS NOT NULL GROUP BY k.rank, r.file
     """)
 
 

@@ -7,8 +7,11 @@ from traceanalyze.analysis.metrics import rank_skew_pct  # noqa: F401  (re-expor
 
 
 def is_gpu_trace(summary: dict) -> bool:
-    """Some rank ran GPU work (its GPU metrics are not null)."""
-    return any((r.get("metrics") or {}).get("gpu_busy_pct") is not None for r in summary.get("ranks") or [])
+    """Some rank ran GPU work: its GPU metrics are not null, or it called the CUDA / HIP runtime
+    (a trace whose kernels have no measured times, such as a CUPTI range profiler's, is no
+    CPU-only trace)."""
+    return any((r.get("metrics") or {}).get("gpu_busy_pct") is not None
+               or ((r.get("metrics") or {}).get("gpu_runtime_calls") or 0) > 0 for r in summary.get("ranks") or [])
 
 
 def ordered_findings(summary: dict) -> list[dict]:

@@ -72,6 +72,17 @@ CREATE OR REPLACE MACRO rank_ranges(ranks) AS (
           GROUP BY run)
 );
 
+-- a process group's description as the user should read it: NULL for none, for '' and for 'undefined'
+-- (what torch writes for a group created without a description)
+CREATE OR REPLACE MACRO group_desc(desc_text) AS (
+    CASE WHEN desc_text IS NULL OR trim(desc_text) IN ('', 'undefined') THEN NULL ELSE desc_text END
+);
+
+-- what follows a process group's name in a message: ' (mesh_tp)', else its ranks ' (ranks 0-3)', else ''
+CREATE OR REPLACE MACRO group_label(desc_text, ranks) AS (
+    coalesce(' (' || group_desc(desc_text) || ')', ' (ranks ' || rank_ranges(ranks) || ')', '')
+);
+
 -- the most frequent non-NULL value of a list, ties broken by the smallest value: mode() with the same answer on every run (DuckDB's mode() picks any of tied values), e.g. stable_mode(list(cause))
 CREATE OR REPLACE MACRO stable_mode(xs) AS (
     SELECT v FROM (SELECT unnest(xs) AS v) WHERE v IS NOT NULL GROUP BY v ORDER BY count(*) DESC, v LIMIT 1
@@ -127,8 +138,8 @@ CREATE OR REPLACE MACRO median_of_others(n, zeros, p, v1, v2, v3) AS (
     END
 );
 
--- a process group for a message, by what it carries and its ranks, never by a name torch made up ('undefined', '0'): group_label('tensor', [4, 5]) -> 'tensor group (ranks 4,5)'
-CREATE OR REPLACE MACRO group_label(dimension, ranks) AS (
+-- a process group for a message, by what it carries and its ranks, never by a name torch made up ('undefined', '0'): group_phrase('tensor', [4, 5]) -> 'tensor group (ranks 4,5)'
+CREATE OR REPLACE MACRO group_phrase(dimension, ranks) AS (
     coalesce(CASE WHEN dimension IN ('world') THEN NULL ELSE dimension END || ' ', '') || 'group'
     || coalesce(' (ranks ' || rank_ranges(ranks) || ')', '')
 );

@@ -17,7 +17,7 @@ SELECT
     e.in_msg_nelems,                        -- record_param_comms: elements sent
     e.dtype,                                -- record_param_comms: element type
     e.pg_name,                              -- record_param_comms: process group name
-    e.pg_desc,                              -- record_param_comms: process group description ('default_pg', 'mesh_tp', ...)
+    group_desc(e.pg_desc) AS pg_desc,       -- record_param_comms: process group description ('default_pg', 'mesh_tp', ...), NULL when none ('undefined')
     e.pg_ranks,                             -- record_param_comms: global ranks of the process group (JSON text)
     e.collective_seq,                       -- record_param_comms: args.Seq, the collective's sequence number in its group (newer torch)
     CASE WHEN e.name IN ('c10d::send', 'c10d::recv_') OR e.collective_name IS NOT NULL

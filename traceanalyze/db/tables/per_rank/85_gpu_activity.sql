@@ -1,11 +1,12 @@
 -- GPU activity inside each step window: busy time, idle gaps and communication/compute overlap (empty on CPU-only traces).
 
 -- GPU work merged into disjoint busy intervals per (rank, device, class) and clipped to the step windows.
+-- Kernels of a CUPTI range profiler (kernels.counters) have no measured times: they are left out.
 CREATE OR REPLACE TABLE gpu_busy_intervals AS
 WITH bounded AS (   -- the last step starting at or before a kernel's start, and the last one starting before its end
     SELECT k.rank, k.device, k.kind, k.ts_ns, k.end_ns,
            lo.step AS lo_step, lo.ts_ns AS lo_ts_ns, lo.end_ns AS lo_end_ns, hi.step AS hi_step
-    FROM kernels AS k
+    FROM (SELECT * FROM kernels WHERE counters IS NULL) AS k
     ASOF LEFT JOIN steps AS lo ON lo.rank = k.rank AND k.ts_ns >= lo.ts_ns
     ASOF LEFT JOIN steps AS hi ON hi.rank = k.rank AND k.end_ns > hi.ts_ns
 ),
@@ -61,7 +62,8 @@ gaps AS (
     SELECT rank, step, device, end_ns, step_end_ns FROM busy WHERE next_ts_ns IS NULL
 ),
 launches AS (   -- when the host launched the work that starts at a given time on a device
-    SELECT rank, device, ts_ns, min(launch_ts_ns) AS launch_ts_ns FROM kernels GROUP BY rank, device, ts_ns
+    SELECT rank, device, ts_ns, min(launch_ts_ns) AS launch_ts_ns FROM kernels WHERE counters IS NULL
+    GROUP BY rank, device, ts_ns
 ),
 sync_calls AS (   -- host calls that wait for the GPU, with the latest end among the calls started so far
     SELECT rank, ts_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns RANGE UNBOUNDED PRECEDING) AS max_end_ns
