@@ -1,24 +1,31 @@
--- One row when one pipeline stage computes much longer per step than the fastest stage: its ranks hold the pipeline back.
+-- One row when one pipeline stage works much longer per step than the fastest stage: its ranks hold the pipeline back.
+-- A stage's work is its step less the time blocked on other ranks (pipeline_wait, comm_exposed): compute, input,
+-- host work and idle time of its own (a sleep inside a range); the cause is the part that differs most.
 WITH stages AS (   -- every rank of a pipeline and its stage (pipeline_stages: from who sends to whom)
     SELECT rank, stage FROM pipeline_stages
 ),
 per_rank AS (
     SELECT p.rank, any_value(s.stage) AS stage,
+           avg(p.dur_ns - p.pipeline_wait_ns - p.comm_exposed_ns) AS work_ns,
            avg(p.forward_ns + p.backward_ns + p.optimizer_ns) AS compute_ns,
+           avg(p.data_wait_ns + p.h2d_ns) AS input_ns,
+           avg(p.other_ns) AS host_ns,
            avg(p.pipeline_wait_ns) AS wait_ns, avg(p.dur_ns) AS step_ns
     FROM step_phases AS p JOIN aligned_steps USING (step) JOIN stages AS s USING (rank)
     GROUP BY p.rank
 ),
-per_stage AS (     -- a stage computes what its fastest rank computes: one slow rank of a stage that several
+per_stage AS (     -- a stage works what its fastest rank works: one slow rank of a stage that several
                    -- pipelines replicate is a straggler (collective-straggler), not a slow stage
-    SELECT stage, min(compute_ns) AS compute_ns, median(wait_ns) AS wait_ns, list(rank ORDER BY rank) AS ranks
+    SELECT stage, min(work_ns) AS work_ns, arg_min(compute_ns, [work_ns, rank]) AS compute_ns,
+           arg_min(input_ns, [work_ns, rank]) AS input_ns, arg_min(host_ns, [work_ns, rank]) AS host_ns,
+           median(wait_ns) AS wait_ns, list(rank ORDER BY rank) AS ranks
     FROM per_rank GROUP BY stage
 ),
 ends AS (
-    SELECT arg_max(stage, [compute_ns, -stage::DOUBLE]) AS slow_stage, max(compute_ns) AS slow_ns,
-           arg_min(stage, [compute_ns, stage::DOUBLE]) AS fast_stage, min(compute_ns) AS fast_ns,
+    SELECT arg_max(stage, [work_ns, -stage::DOUBLE]) AS slow_stage, max(work_ns) AS slow_ns,
+           arg_min(stage, [work_ns, stage::DOUBLE]) AS fast_stage, min(work_ns) AS fast_ns,
            (SELECT median(step_ns) FROM per_rank) AS step_ns,
-           list({'stage': stage, 'ranks': ranks, 'compute_ms': round(compute_ns / 1e6, 3),
+           list({'stage': stage, 'ranks': ranks, 'work_ms': round(work_ns / 1e6, 3), 'compute_ms': round(compute_ns / 1e6, 3),
                  'pipeline_wait_ms': round(wait_ns / 1e6, 3)} ORDER BY stage) AS per_stage,
            count(*) AS n_stages
     FROM per_stage
@@ -29,16 +36,21 @@ SELECT
     (e.slow_ns - e.fast_ns) / 1e6 AS ms_per_step,
     100.0 * (e.slow_ns - e.fast_ns) / e.step_ns AS pct_of_step,
     CASE WHEN 100.0 * (e.slow_ns - e.fast_ns) / e.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
-    'compute' AS cause,
+    CASE WHEN s.compute_ns - f.compute_ns >= greatest(s.input_ns - f.input_ns, s.host_ns - f.host_ns) THEN 'compute'
+         WHEN s.input_ns - f.input_ns >= s.host_ns - f.host_ns THEN 'input'
+         ELSE 'host' END AS cause,
     e.slow_stage,
     e.fast_stage,
-    e.slow_ns / 1e6 AS slow_stage_compute_ms,
-    e.fast_ns / 1e6 AS fast_stage_compute_ms,
-    e.slow_ns / e.fast_ns AS compute_ratio,
+    e.slow_ns / 1e6 AS slow_stage_work_ms,
+    e.fast_ns / 1e6 AS fast_stage_work_ms,
+    e.slow_ns / e.fast_ns AS work_ratio,
+    s.compute_ns / 1e6 AS slow_stage_compute_ms,
+    f.compute_ns / 1e6 AS fast_stage_compute_ms,
+    s.compute_ns / nullif(f.compute_ns, 0) AS compute_ratio,
     rank_ranges(s.ranks) AS slow_ranks_text,
     e.per_stage,
     e.step_ns / 1e6 AS median_step_ms
-FROM ends AS e JOIN per_stage AS s ON s.stage = e.slow_stage
+FROM ends AS e JOIN per_stage AS s ON s.stage = e.slow_stage JOIN per_stage AS f ON f.stage = e.fast_stage
 WHERE e.n_stages >= 2 AND e.fast_ns > 0 AND e.step_ns > 0
   AND 100.0 * (e.slow_ns - e.fast_ns) / e.step_ns >= $min_imbalance_pct
   AND e.slow_ns >= $min_compute_ratio * e.fast_ns;
