@@ -16,7 +16,12 @@ groups, code regions, efficiency: SCHEMA_VERSION 11) were written again by the s
 the file pins today's tables row for row against any later loader change. SCHEMA_VERSION 12
 added pipeline_stages, group_lateness, all_to_all_calls, all_to_all_volumes and
 collective_exposure and the GPU idle-gap cause comm_wait, and the recorded multi-group
-(fixtures/parallel) and CUDA (fixtures/cuda) folders joined the corpus.
+(fixtures/parallel) and CUDA (fixtures/cuda) folders joined the corpus. SCHEMA_VERSION 14 (waits
+by time: a wait inside a range is no longer that range's phase, `step_phases.idle_ns`,
+`phase_intervals.idle`; pipelines from the send / recv traffic: `pipeline_stages.pipeline`,
+`pipeline_ranks`, `source`; `step_lateness` names where the lateness starts, `start_late_ns`;
+process groups' dimensions from decisive operations first) changed phase_intervals,
+step_phases and every table built on them, and was written again by the same command.
 """
 
 from __future__ import annotations

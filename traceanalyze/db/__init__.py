@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "13"
+SCHEMA_VERSION = "14"
 
 
 def _sql_text(name: str) -> str:
