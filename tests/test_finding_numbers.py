@@ -68,3 +68,37 @@ def test_every_rule_that_sets_severity_in_detect_explains_how():
             assert rule.severity_rule in " ".join(explain_text(rule).split())
         else:
             assert f"severity: {rule.severity} (always)" in explain_text(rule)
+
+
+ALL_FIXTURES = sorted(p for group in ("ddp", "parallel", "cuda") for p in (ROOT / "fixtures" / group).iterdir()
+                      if p.is_dir())
+
+
+def _numbers_ms(text: str) -> list[float]:
+    import re
+
+    return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?) ms\b", " ".join(text.split()))]
+
+
+@pytest.mark.parametrize("folder", ALL_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_stragglers_rendered_text_gives_one_number_per_fact(folder, fixture_summary):
+    """On every fixture, in the verdict as printed: a collective-straggler's title gives one
+    number in ms, its lateness, which is also its cost when it is late on every step; the
+    advice's cause excess less what the rank makes up before the collective is that lateness."""
+    from traceanalyze.output.terminal import render_verdict
+
+    summary = fixture_summary(folder, folder.name)
+    text = " ".join(render_verdict(summary).split())
+    for f in summary["findings"]:
+        if f["rule"] != "collective-straggler":
+            continue
+        ev = f["evidence"]
+        assert _numbers_ms(f["title"]) == [round(ev["late_ms"])], f["title"]
+        assert " ".join(f["title"].split()) in text
+        if ev["late_steps_count"] == ev["aligned_steps_count"]:
+            assert round(f["cost"]["ms_per_step"]) == round(ev["late_ms"])
+        if ev["catch_up_note"]:   # the cause's excess, what the rank makes up, the lateness: they add up
+            made_up, late = _numbers_ms(ev["catch_up_note"])
+            assert f"{ev['cause_excess_ms']:.0f} ms per late step" in " ".join(f["advice"].split())
+            assert ev["cause_excess_ms"] - made_up == pytest.approx(late, abs=1.0)
+            assert late == round(ev["late_ms"])
