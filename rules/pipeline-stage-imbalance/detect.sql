@@ -1,17 +1,27 @@
 -- One row when one pipeline stage works much longer per step than the fastest stage: its ranks hold the pipeline back.
--- A stage's work is its step less the time blocked on other ranks (pipeline_wait, comm_exposed): compute, input,
--- host work and idle time of its own (a sleep inside a range); the cause is the part that differs most.
+-- A stage's work is its step less the time blocked on other ranks (pipeline_wait, comm_exposed) and less the
+-- idle time outside any range: compute, input, host work and idle time inside a record_function range (a sleep
+-- the user's code does); the cause is the part that differs most.
 WITH stages AS (   -- every rank of a pipeline and its stage (pipeline_stages: from who sends to whom)
     SELECT rank, stage FROM pipeline_stages
 ),
+idle_in_ranges AS (   -- idle intervals inside a range of the training loop (the rest of the idle time is no one's work)
+    SELECT p.rank, p.step, sum(p.dur_ns) AS ns
+    FROM phase_intervals AS p
+    WHERE p.idle AND EXISTS (
+        SELECT 1 FROM annotations AS a JOIN main_threads AS m ON m.rank = a.rank AND m.tid = a.tid
+        WHERE a.rank = p.rank AND a.step = p.step AND NOT a.on_gpu AND a.ts_ns <= p.ts_ns AND a.end_ns >= p.end_ns)
+    GROUP BY p.rank, p.step
+),
 per_rank AS (
     SELECT p.rank, any_value(s.stage) AS stage,
-           avg(p.dur_ns - p.pipeline_wait_ns - p.comm_exposed_ns) AS work_ns,
+           avg(p.dur_ns - p.pipeline_wait_ns - p.comm_exposed_ns - p.idle_ns + coalesce(i.ns, 0)) AS work_ns,
            avg(p.forward_ns + p.backward_ns + p.optimizer_ns) AS compute_ns,
            avg(p.data_wait_ns + p.h2d_ns) AS input_ns,
-           avg(p.other_ns) AS host_ns,
+           avg(p.other_ns - p.idle_ns + coalesce(i.ns, 0)) AS host_ns,
            avg(p.pipeline_wait_ns) AS wait_ns, avg(p.dur_ns) AS step_ns
     FROM step_phases AS p JOIN aligned_steps USING (step) JOIN stages AS s USING (rank)
+    LEFT JOIN idle_in_ranges AS i USING (rank, step)
     GROUP BY p.rank
 ),
 per_stage AS (     -- a stage works what its fastest rank works: one slow rank of a stage that several
