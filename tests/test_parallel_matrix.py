@@ -86,6 +86,12 @@ def _problems(cell: dict, summary: dict) -> list[str]:
     if want["rule"] == "none":
         return problems
     matching = [f for f in findings if f["rule"] == want["rule"]]
+    if not matching and want["rule"] in CULPRIT_RULES and len(cell["pipelines"]) == 1:
+        # a pipeline without data parallelism: each stage is one rank, so the rank that holds the
+        # others back is a stage working longer (no collective to be late at)
+        matching = [f for f in findings if f["rule"] == "pipeline-stage-imbalance"]
+        want = {**want, "rule": "pipeline-stage-imbalance", "group": None,
+                "stage": cell["pipelines"][0].index(want["culprit_ranks"][0])}
     if not matching:
         problems.append(f"no {want['rule']} finding; got "
                         + "; ".join(f"{f['rule']} {f['ranks']}" for f in findings))

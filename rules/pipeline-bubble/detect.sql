@@ -28,6 +28,7 @@ SELECT
     least(j.wait_ns, coalesce(b.ideal_pct / 100.0 * j.step_ns, j.wait_ns)) / 1e6 AS ms_per_step,
     100.0 * least(j.wait_ns, coalesce(b.ideal_pct / 100.0 * j.step_ns, j.wait_ns)) / j.step_ns AS pct_of_step,
     CASE WHEN 100.0 * j.wait_ns / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    'schedule' AS cause,                    -- the schedule leaves the stages idle (not one slow stage or rank)
     j.wait_ns / 1e6 AS pipeline_wait_ms,
     100.0 * j.wait_ns / j.step_ns AS pipeline_wait_pct,
     j.stages,

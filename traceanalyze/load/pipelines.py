@@ -5,11 +5,12 @@ activations over the default group, its own group or a device mesh's): they come
 traffic. Each send / recv row is a transfer between two global ranks:
 
 * its peer, when the event names it (NCCL args, `c10d::send` with shapes recorded), or
-* else the opposite transfer on another rank that ends nearest in time (a send and the recv
-  it feeds complete together: gloo's ranges end when the data has arrived), within
-  `MATCH_SLACK_NS`, of the same size when both sizes are known.
+* else, for each recv, the send that fed it (`_transfers`): posted before the data arrived and
+  still open then, of the same size when both sizes are known; a blocking send ends with it
+  (gloo's ranges end when the data has arrived), an isend stays open until waited on.
 
-Two ranks are linked when they transfer in at least half the steps. Within a step, the first
+Two ranks are linked when they transfer in at least half the steps and at least half as often
+as the strongest link of either (every micro-batch crosses each link of a stage alike). Within a step, the first
 transfer between two linked ranks runs forward (stage k hands its activations to stage k + 1
 before any gradient comes back); the majority over steps gives each link its direction. The
 linked ranks fall into pipelines (connected sets); a pipeline's head is the rank nothing flows
@@ -31,47 +32,51 @@ import duckdb
 
 # a send and the recv it feeds end within this of each other (same host clock)
 MATCH_SLACK_NS = 2_000_000
+# how many sends posted before a recv's data arrived are looked at for the isend that fed it
+OPEN_SENDS_LOOKED_AT = 64
 
 
 def _transfers(con: duckdb.DuckDBPyConnection) -> list[tuple[int, int, int, int]]:
-    """(src, dst, step, ts_ns) for every send / recv row whose other end is known or matched."""
+    """(src, dst, step, ts_ns) for every send / recv whose other end is known or matched: a send
+    naming its peer, else each recv with the send that fed it. A recv ends when its data has
+    arrived; the send that fed it was posted by then and was still open: a blocking send ends
+    with it (the nearest end within MATCH_SLACK_NS wins), an isend's range stays open until it is
+    waited on (then the send posted last before the data arrived wins)."""
     rows = con.execute("""
         SELECT rank, op, peer, bytes, step, ts_ns, end_ns FROM collectives
         WHERE kind = 'p2p' AND op IN ('send', 'recv') AND step IS NOT NULL
-        ORDER BY rank, ts_ns, end_ns, op""").fetchall()
-    out: list[tuple[int, int, int, int]] = []
-    from_recvs: list[tuple[int, int, int, int]] = []
-    recvs_by_end: list[tuple[int, int, int | None, int | None]] = []  # (end, rank, bytes, peer)
-    unknown_sends = []
-    for rank, op, peer, size, step, ts, end in rows:
-        if op == "recv":
-            recvs_by_end.append((end, rank, size, peer))
-        if peer is not None and peer != rank:
-            if op == "send":
-                out.append((rank, peer, step, ts))
-            else:
-                from_recvs.append((peer, rank, step, ts))
-        elif op == "send":
-            unknown_sends.append((rank, size, step, ts, end))
-    recvs_by_end.sort(key=lambda r: (r[0], r[1]))
-    ends = [r[0] for r in recvs_by_end]
-    for rank, size, step, ts, end in unknown_sends:
-        lo = bisect.bisect_left(ends, end - MATCH_SLACK_NS)
-        hi = bisect.bisect_right(ends, end + MATCH_SLACK_NS)
-        best = None
-        for r_end, r_rank, r_size, r_peer in recvs_by_end[lo:hi]:
-            if r_rank == rank or (r_peer is not None and r_peer != rank):
-                continue
-            if size is not None and r_size is not None and size != r_size:
-                continue
-            key = (abs(r_end - end), r_rank)
-            if best is None or key < best[0]:
-                best = (key, r_rank)
-        if best is not None:
-            out.append((rank, best[1], step, ts))
-    # a transfer is timed by its send (a recv may be posted long before the data is ready); the
-    # recv rows' peers count only where no send row tells
-    return sorted(set(out or from_recvs))
+        ORDER BY ts_ns, end_ns, rank, op""").fetchall()
+    named = [(rank, peer, step, ts) for rank, op, peer, _size, step, ts, _end in rows
+             if op == "send" and peer is not None and peer != rank]
+    if named:
+        return sorted(set(named))
+    sends = sorted((ts, end, rank, size) for rank, op, _peer, size, _step, ts, end in rows if op == "send")
+    starts = [x[0] for x in sends]
+    by_end = sorted((end, rank, size, ts) for ts, end, rank, size in sends)
+    ends = [x[0] for x in by_end]
+    out = []
+    for rank, op, peer, size, step, _ts, end in rows:
+        if op != "recv":
+            continue
+
+        def fits(s_rank, s_size):
+            return (s_rank != rank and (peer is None or peer == s_rank)
+                    and (size is None or s_size is None or size == s_size))
+
+        # a blocking send that ended with it: the nearest end
+        near = [(abs(e - end), r, t) for e, r, z, t in by_end[bisect.bisect_left(ends, end - MATCH_SLACK_NS):
+                                                           bisect.bisect_right(ends, end + MATCH_SLACK_NS)] if fits(r, z)]
+        if near:
+            _gap, src, s_ts = min(near)
+            out.append((src, rank, step, s_ts))
+            continue
+        # else the send posted last before the data arrived and still open (an isend), a few back at most
+        i = bisect.bisect_right(starts, end) - 1
+        for s_ts, s_end, s_rank, s_size in sends[max(0, i - OPEN_SENDS_LOOKED_AT):i + 1][::-1]:
+            if s_end >= end and fits(s_rank, s_size):
+                out.append((s_rank, rank, step, s_ts))
+                break
+    return sorted(set(out))
 
 
 def _links(transfers, steps_total: int) -> dict[tuple[int, int], int]:
@@ -87,9 +92,16 @@ def _links(transfers, steps_total: int) -> dict[tuple[int, int], int]:
     votes: dict[tuple[int, int], int] = defaultdict(int)
     for (_a, _b, _step), (_ts, src, dst) in first.items():
         votes[(src, dst)] += 1
+    transfers_of_pair: dict[tuple[int, int], int] = defaultdict(int)
+    for src, dst, _step, _ts in transfers:
+        transfers_of_pair[(min(src, dst), max(src, dst))] += 1
+    strongest: dict[int, int] = defaultdict(int)
+    for (a, b), n in transfers_of_pair.items():
+        strongest[a], strongest[b] = max(strongest[a], n), max(strongest[b], n)
     links: dict[tuple[int, int], int] = {}
     for pair, steps in steps_of_pair.items():
-        if 2 * len(steps) < steps_total:
+        # a stage's links carry alike (every micro-batch crosses each); a stray match is weaker
+        if 2 * len(steps) < steps_total or 2 * transfers_of_pair[pair] < max(strongest[pair[0]], strongest[pair[1]]):
             continue
         a, b = pair
         forward = (a, b) if votes.get((a, b), 0) >= votes.get((b, a), 0) else (b, a)
