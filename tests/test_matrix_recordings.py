@@ -14,8 +14,9 @@ the trace JSON with the stdlib only (tests/tracejson.py), never with traceanalyz
   other rank has it; while the culprit is in it another rank is blocked (in `gloo:recv` on its
   training thread or a gloo collective on its runloop threads; one host clock); without a
   pipeline every other rank is blocked longer per step than the culprit (in a pipeline the
-  blocked time depends on the stage's position, so that comparison does not apply); a slow stage's ranks compute clearly longer; a hot expert's FFN is the longest
-  and receives the most tokens; a one-micro-batch pipeline is blocked a large share of its step.
+  blocked time depends on the stage's position, so that comparison does not apply); a slow
+  stage's ranks spend clearly longer in matmuls (`aten::addmm` / `aten::mm`); a hot expert's FFN
+  is the longest and receives the most tokens; a one-micro-batch pipeline is blocked a large share of its step.
 
 The analyzer's verdicts on these cells are checked elsewhere; this file checks the recordings.
 """
@@ -96,6 +97,7 @@ def _rank(cell: str, rank: int) -> dict:
     main = steps[0][3]
     starts = [lo for _, lo, _, _ in steps]
     blocked = [0.0] * len(steps)
+    matmul = [0.0] * len(steps)  # the layers' own compute: time in aten::addmm / aten::mm
     blocked_iv: list[tuple[float, float]] = []  # (start, end) in the trace's us, any step
     region_iv = defaultdict(list)
     regions = defaultdict(lambda: [0.0] * len(steps))
@@ -121,12 +123,14 @@ def _rank(cell: str, rank: int) -> dict:
             continue
         if is_blocked:
             blocked[i] += e["dur"] / 1e3
+        if e["tid"] == main and name in ("aten::addmm", "aten::mm"):
+            matmul[i] += e["dur"] / 1e3
         if reg:
             regions[reg][i] += e["dur"] / 1e3
     return {"top": top, "step_ids": [n for n, _, _, _ in steps],
             "step_ms": [(hi - lo) / 1e3 for _, lo, hi, _ in steps], "blocked": blocked,
             "regions": {k: list(v) for k, v in regions.items()}, "names": names,
-            "blocked_iv": blocked_iv, "region_iv": dict(region_iv),
+            "blocked_iv": blocked_iv, "matmul": matmul, "region_iv": dict(region_iv),
             "calls": dict(calls)}
 
 
@@ -259,7 +263,7 @@ def test_the_pathology_is_visible(cell):
         for r in range(ws):
             assert _mean(_range(cell, r, region)) >= 0.8 * inj["ms"]
     elif patho == "slow_stage":
-        own = {r: _mean(_step_ms(cell, r)) - blocked[r] for r in range(ws)}
+        own = {r: _mean(_rank(cell, r)["matmul"]) for r in range(ws)}
         slow = _mean([own[r] for r in t["culprit_ranks"]])
         fast = _mean([own[r] for r in t["waiting_ranks"]])
         assert slow >= 1.5 * fast, own
