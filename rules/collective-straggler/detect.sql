@@ -62,6 +62,19 @@ waiting_closure AS (   -- the ranks that wait for it in at least half of its lat
     WHERE 2 * n >= n_late
     GROUP BY culprit
 ),
+pipe_first AS (   -- a culprit in a pipeline whose other stages wait for it in send / recv before any collective: they
+                  -- wait longer there than the ranks of the same stage in the other pipelines (who do not wait for it)
+    SELECT sc.rank, any_value(sc.pipeline) AS pipeline, any_value(sc.pipeline_ranks) AS pipeline_ranks
+    FROM (SELECT rank, step FROM flagged) AS f
+    JOIN pipeline_stages AS sc ON sc.rank = f.rank
+    JOIN pipeline_stages AS sr ON sr.pipeline = sc.pipeline AND sr.rank <> sc.rank
+    JOIN step_phases AS pr ON pr.rank = sr.rank AND pr.step = f.step
+    JOIN (SELECT so.stage, so.pipeline, po.step, po.pipeline_wait_ns
+          FROM step_phases AS po JOIN pipeline_stages AS so USING (rank)) AS o
+        ON o.stage = sr.stage AND o.pipeline <> sc.pipeline AND o.step = f.step
+    GROUP BY sc.rank, sr.rank
+    HAVING avg(pr.pipeline_wait_ns) - median(o.pipeline_wait_ns) >= $min_late_ms * 1e6
+),
 per_rank AS (
     SELECT f.rank, count(*) AS late_steps, list(f.step ORDER BY f.step) AS steps,
            sum(f.late_ns) AS late_sum_ns, avg(f.late_ns) AS late_mean_ns,
@@ -150,7 +163,8 @@ SELECT
     p.late_steps AS late_steps_count,
     j.n_steps AS aligned_steps_count,
     j.step_ns / 1e6 AS median_step_ms,
-    {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} AS "group",
+    CASE WHEN pf.rank IS NOT NULL THEN {'name': 'pipeline ' || pf.pipeline, 'ranks': pf.pipeline_ranks, 'dimension': 'pipeline'}
+         ELSE {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} END AS "group",
     coalesce(b.waits, []) AS waiting_by_group,
     coalesce(wc.waiting_ranks, []) AS waiting_ranks,
     coalesce(rank_ranges(wc.waiting_ranks), p.others) AS waiting_text,
@@ -159,12 +173,15 @@ SELECT
     st.pipeline_ranks,
     coalesce((SELECT count(*) FROM pipeline_stages AS o WHERE o.stage = st.stage AND o.rank <> p.rank), 0) > 0 AS has_stage_peers,
     CASE WHEN pg.size < (SELECT count(*) FROM ranks) THEN ' of the ' || group_phrase(pg.dimension, pg.ranks)
-         ELSE '' END AS group_text
+         ELSE '' END
+    || CASE WHEN pf.rank IS NOT NULL THEN ' (its pipeline, ranks ' || rank_ranges(pf.pipeline_ranks) || ', waits for it first)'
+            ELSE '' END AS group_text
 FROM per_rank AS p CROSS JOIN job AS j
 LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
 LEFT JOIN by_group AS b ON b.rank = p.rank
 LEFT JOIN waiting_closure AS wc ON wc.rank = p.rank
 LEFT JOIN pipeline_stages AS st ON st.rank = p.rank
+LEFT JOIN (SELECT DISTINCT rank, pipeline, pipeline_ranks FROM pipe_first) AS pf ON pf.rank = p.rank
 LEFT JOIN region AS r ON r.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;
