@@ -246,6 +246,8 @@ def dump_row(dump_file: DumpFile, dump: dict) -> tuple:
 
 def insert_dumps(con, dumps: list[DumpFile]) -> None:
     """Read every dump (safely) and fill fr_dumps, fr_entries, fr_status and fr_groups."""
+    if not dumps:
+        return
     per_rank = {d.rank: read_dump(d.path) for d in dumps}
     files = {d.rank: d for d in dumps}
     con.executemany("INSERT INTO fr_dumps VALUES (?, ?, ?, ?, ?, ?)",
