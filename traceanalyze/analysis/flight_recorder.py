@@ -15,6 +15,17 @@ def _rows(con, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(columns, row)) for row in cur.fetchall()]
 
 
+def dumps_world_size(con: duckdb.DuckDBPyConnection) -> int:
+    """The world the Flight Recorder dumps show (the highest rank of a dump or a group, + 1); 0 without dumps."""
+    try:
+        (world,) = con.execute("""
+            SELECT coalesce(max(rank) + 1, 0) FROM (
+                SELECT rank FROM fr_dumps UNION ALL SELECT unnest(members) FROM fr_groups)""").fetchone()
+    except duckdb.CatalogException:
+        return 0
+    return int(world)
+
+
 def flight_recorder_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     """The dumps read, the number of groups, and every group's frontier (the first cause first);
     None without dumps (or for a database written before the tables existed)."""

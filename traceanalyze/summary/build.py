@@ -21,7 +21,7 @@ import duckdb
 from traceanalyze.version import __version__
 from traceanalyze.diagnosis.diagnose import Diagnosis
 from traceanalyze.analysis.efficiency import efficiency_summary
-from traceanalyze.analysis.flight_recorder import flight_recorder_summary
+from traceanalyze.analysis.flight_recorder import dumps_world_size, flight_recorder_summary
 from traceanalyze.diagnosis.judge import judgement
 from traceanalyze.analysis.layout import parallel_layout
 from traceanalyze.analysis.parallel_view import groups_view
@@ -51,7 +51,7 @@ def _ranks(con: duckdb.DuckDBPyConnection, metrics: dict[int, dict]) -> list[dic
 
 def _world_size(con: duckdb.DuckDBPyConnection) -> int:
     (declared, loaded) = con.execute("SELECT max(world_size), count(*) FROM ranks").fetchone()
-    return int(declared or loaded)
+    return int(declared or loaded or dumps_world_size(con))
 
 
 def _load_issues(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

@@ -1,0 +1,308 @@
+"""Issue 32: Flight Recorder dumps (fixtures/flight_recorder/, real gloo recordings of torch 2.13).
+
+Expected values are derived here from the dump pickles themselves (read with the standard
+unpickler: these files are ours), the hang's frontier computed by hand, independently of the
+SQL; hostile dumps are built here and must run nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import traceanalyze
+from traceanalyze.errors import TraceError
+from traceanalyze.load import load_trace_dir
+from traceanalyze.load import flight_recorder as fr
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "flight_recorder"
+SCENARIOS = ("skipped_allreduce", "tp_hang", "desync_op", "healthy", "hang_with_profile")
+
+
+def dumps_of(scenario: str) -> dict[int, dict]:
+    out = {}
+    for path in sorted((FIXTURES / scenario).glob("nccl_trace_rank_*")):
+        with open(path, "rb") as f:
+            out[int(path.name.rsplit("_", 1)[1])] = pickle.load(f)
+    return out
+
+
+def user_line(entry: dict) -> tuple[str, int]:
+    frame = next(f for f in entry["frames"] if "/torch/" not in f["filename"])
+    return os.path.basename(frame["filename"]), frame["line"]
+
+
+def frontier_by_hand(dumps: dict[int, dict]) -> dict:
+    """Per group: members (ranks naming it), each one's last collective_seq_id; the groups whose
+    members differ; a missing member is a culprit when its own last collective was reached by
+    every member of that group."""
+    members: dict[str, set[int]] = {}
+    position: dict[tuple[str, int], int] = {}
+    for rank, dump in dumps.items():
+        for e in dump["entries"]:
+            pg = e["process_group"][0]
+            members.setdefault(pg, set()).add(rank)
+            position[pg, rank] = max(position.get((pg, rank), 0), e["collective_seq_id"])
+    stopped = {}
+    for pg, ranks in members.items():
+        seqs = {r: position[pg, r] for r in ranks}
+        if min(seqs.values()) < max(seqs.values()):
+            seq = min(seqs.values()) + 1
+            stopped[pg] = {"seq": seq, "reached": sorted(r for r in ranks if seqs[r] >= seq),
+                           "missing": sorted(r for r in ranks if seqs[r] < seq)}
+
+    def finished(rank: int) -> bool:
+        last = dumps[rank]["entries"][-1]
+        pg = last["process_group"][0]
+        return pg not in stopped or last["collective_seq_id"] < stopped[pg]["seq"]
+
+    culprits = sorted({r for s in stopped.values() for r in s["missing"] if finished(r)})
+    return {"stopped": stopped, "culprits": culprits}
+
+
+def load(scenario: str, tmp_path: Path) -> Path:
+    db = tmp_path / f"{scenario}.duckdb"
+    load_trace_dir(FIXTURES / scenario, db)
+    return db
+
+
+def q(db: Path, sql: str, *params):
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql, list(params)).fetchall()
+
+
+def cli(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "traceanalyze", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=600)
+
+
+# ---------------------------------------------------------------- the recordings themselves
+
+
+def test_the_gloo_dumps_look_as_the_issue_says():
+    """torch 2.13 on gloo: version 2.10, state 'scheduled', no p2p, pg_config without group names;
+    the skipped all_reduce leaves 6 entries on rank 2 and 7 on the others."""
+    dumps = dumps_of("skipped_allreduce")
+    assert sorted(dumps) == [0, 1, 2, 3]
+    assert {d["version"] for d in dumps.values()} == {"2.10"}
+    entries = [e for d in dumps.values() for e in d["entries"]]
+    assert {e["state"] for e in entries} == {"scheduled"} and not any(e["is_p2p"] for e in entries)
+    assert all(set(d["pg_config"]) == {""} for d in dumps.values())
+    assert {r: len(d["entries"]) for r, d in dumps.items()} == {0: 7, 1: 7, 2: 6, 3: 7}
+
+
+# ---------------------------------------------------------------- tables
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_tables_hold_every_entry_of_every_dump(scenario, tmp_path):
+    dumps = dumps_of(scenario)
+    db = load(scenario, tmp_path)
+    assert dict(q(db, "SELECT rank, count(*) FROM fr_entries GROUP BY rank")) == \
+        {r: len(d["entries"]) for r, d in dumps.items()}
+    assert dict(q(db, "SELECT rank, entries FROM fr_dumps")) == {r: len(d["entries"]) for r, d in dumps.items()}
+    got = q(db, "SELECT rank, pg_name, collective_seq_id, profiling_name, frame_line FROM fr_entries "
+                "ORDER BY rank, record_id")
+    want = [(r, e["process_group"][0], e["collective_seq_id"], e["profiling_name"], user_line(e)[1])
+            for r, d in sorted(dumps.items()) for e in d["entries"]]
+    assert got == want
+    # pg_status is keyed by each rank's own group number: named through its entries
+    for rank, dump in dumps.items():
+        names = {str(e["pg_id"]): e["process_group"][0] for e in dump["entries"]}
+        want_status = sorted((names.get(k), s["last_enqueued_collective"]) for k, s in dump["pg_status"].items())
+        got_status = sorted(q(db, "SELECT pg_name, last_enqueued_collective FROM fr_status WHERE rank = ?", rank))
+        assert got_status == want_status
+
+
+def test_group_members_are_inferred_from_the_entries(tmp_path):
+    db = load("tp_hang", tmp_path)
+    groups = {pg: (desc, members, source) for pg, desc, members, source in q(db, "SELECT * FROM fr_groups")}
+    members: dict[str, set[int]] = {}
+    for rank, dump in dumps_of("tp_hang").items():
+        for e in dump["entries"]:
+            members.setdefault(e["process_group"][0], set()).add(rank)
+    assert {pg: sorted(m) for pg, m in members.items()} == {pg: g[1] for pg, g in groups.items()}
+    assert {g[2] for g in groups.values()} == {"inferred"}
+    assert groups["0"][0] == "default_pg" and {groups["1"][0], groups["2"][0]} == {"tp"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_frontiers_match_the_dumps(scenario, tmp_path):
+    want = frontier_by_hand(dumps_of(scenario))
+    db = load(scenario, tmp_path)
+    got = {pg: {"seq": seq, "reached": reached, "missing": missing}
+           for pg, seq, reached, missing in q(db, "SELECT pg_name, collective_seq_id, reached_ranks, missing_ranks "
+                                                  "FROM fr_frontiers")}
+    assert got == want["stopped"]
+    absent = sorted({r for (ranks,) in q(db, "SELECT absent_ranks FROM fr_frontiers") for r in ranks})
+    assert absent == want["culprits"]
+
+
+# ---------------------------------------------------------------- findings, end to end
+
+
+def _culprit_line(dumps: dict[int, dict], rank: int) -> str:
+    name, line = user_line(dumps[rank]["entries"][-1])
+    return f"{name}:{line}"
+
+
+def test_skipped_all_reduce_names_the_rank_that_never_arrived(tmp_path):
+    dumps = dumps_of("skipped_allreduce")
+    hand = frontier_by_hand(dumps)
+    assert hand["culprits"] == [2] and hand["stopped"]["0"]["seq"] == 7
+    last = dumps[2]["entries"][-1]["collective_seq_id"]
+    proc = cli(FIXTURES / "skipped_allreduce", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert (f"rank 2 never joined all_reduce #7 of the default group; ranks 0, 1, 3 waited in it; "
+            f"rank 2's last collective was all_reduce #{last}, called from {_culprit_line(dumps, 2)}") in text
+    assert "Flight Recorder 4 dumps (ranks 0-3" in text
+
+
+def test_a_tp_hang_names_the_tp_collective_not_the_world_wait(tmp_path):
+    dumps = dumps_of("tp_hang")
+    hand = frontier_by_hand(dumps)
+    assert hand["culprits"] == [3]
+    tp = next(pg for pg, s in hand["stopped"].items() if pg != "0")
+    seq = hand["stopped"][tp]["seq"]
+    a = traceanalyze.analyze(FIXTURES / "tp_hang", progress=False)
+    try:
+        (finding,) = [f for f in a.findings if f.rule == "collective-hang"]
+        assert finding.severity == "error" and list(finding.ranks) == [3]
+        assert finding.evidence["pg_name"] == tp and finding.evidence["collective_seq_id"] == seq
+        assert finding.evidence["first_waiting_ranks"] == hand["stopped"][tp]["reached"]
+        assert finding.evidence["waiting_ranks"] == [0, 1, 2]
+        assert finding.title.startswith(f"rank 3 never joined all_reduce #{seq} of group {tp} (tp); rank 2 waited in it")
+        assert f"downstream, ranks 0, 1 waited in all_reduce #{hand['stopped']['0']['seq']} of the default group" \
+            in finding.title
+        assert _culprit_line(dumps, 3) in finding.title
+        assert a.summary_dict["flight_recorder"]["frontiers"][0]["pg_name"] == tp
+        assert not [f for f in a.findings if f.rule == "collective-mismatch"]
+    finally:
+        a.close()
+
+
+def test_a_desync_names_the_odd_rank(tmp_path):
+    dumps = dumps_of("desync_op")
+    by_seq: dict[int, dict[int, str]] = {}
+    for rank, dump in dumps.items():
+        for e in dump["entries"]:
+            by_seq.setdefault(e["collective_seq_id"], {})[rank] = e["profiling_name"]
+    seq = min(s for s, ops in by_seq.items() if len(set(ops.values())) > 1)
+    ops = by_seq[seq]
+    odd = [r for r, op in ops.items() if list(ops.values()).count(op) == 1]
+    proc = cli(FIXTURES / "desync_op", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "collective-mismatch" in text
+    assert f"rank {odd[0]} ran {ops[odd[0]].split(':')[1]}" in text
+    assert f"as collective #{seq} of the default group" in text
+    assert "collective-hang" not in text  # every rank reached #seq: a desync, not a hang
+
+
+def test_a_healthy_run_has_no_error_and_passes_the_gate(tmp_path):
+    assert frontier_by_hand(dumps_of("healthy"))["stopped"] == {}
+    proc = cli("check", FIXTURES / "healthy", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "collective-hang" not in proc.stdout and "collective-mismatch" not in proc.stdout
+
+
+def test_a_hang_fails_the_gate(tmp_path):
+    proc = cli("check", FIXTURES / "skipped_allreduce", "--out", tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "collective-hang" in proc.stdout
+
+
+def test_dumps_beside_the_same_jobs_profiler_traces(tmp_path):
+    """Both read: the profile's ranks and steps, and the hang from the dumps."""
+    a = traceanalyze.analyze(FIXTURES / "hang_with_profile", progress=False)
+    summary = a.summary_dict
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
+    assert summary["steps"]["aligned"]
+    assert [d["rank"] for d in summary["flight_recorder"]["dumps"]] == [0, 1, 2, 3]
+    (hang,) = [f for f in summary["findings"] if f["rule"] == "collective-hang"]
+    assert hang["ranks"] == frontier_by_hand(dumps_of("hang_with_profile"))["culprits"] == [2]
+
+
+def test_summary_with_dumps_satisfies_the_schema(tmp_path):
+    import json
+
+    import jsonschema
+
+    schema = json.loads((ROOT / "traceanalyze" / "summary" / "summary.schema.json").read_text())
+    a = traceanalyze.analyze(FIXTURES / "tp_hang", progress=False)
+    jsonschema.validate(a.summary_dict, schema)
+
+
+# ---------------------------------------------------------------- hostile dumps
+
+
+class _Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def one_line_error(proc, path: Path) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("traceanalyze: ")]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {path}: "), lines[0]
+    return lines[0]
+
+
+def test_a_crafted_dump_runs_nothing(tmp_path):
+    folder = tmp_path / "hung"
+    folder.mkdir()
+    marker = tmp_path / "ran"
+    crafted = folder / "nccl_trace_rank_0"
+    crafted.write_bytes(pickle.dumps({"version": "2.10", "entries": [_Payload(marker)]}, protocol=2))
+    shutil.copy(FIXTURES / "skipped_allreduce" / "nccl_trace_rank_1", folder / "nccl_trace_rank_1")
+    line = one_line_error(cli(folder, "--out", tmp_path / "out"), crafted)
+    assert "names a Python object" in line
+    assert not marker.exists()
+    with pytest.raises(TraceError) as info:
+        traceanalyze.analyze(folder, progress=False)
+    assert info.value.path == str(crafted)
+    assert not marker.exists()
+    # the standard unpickler would have run it: the test's payload is real
+    pickle.loads(crafted.read_bytes())
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-a-dump"])
+def test_a_damaged_dump_is_a_one_line_error(damage, tmp_path):
+    folder = tmp_path / "hung"
+    shutil.copytree(FIXTURES / "skipped_allreduce", folder)
+    bad = folder / "nccl_trace_rank_2"
+    data = bad.read_bytes()
+    bad.write_bytes(data[:len(data) // 2] if damage == "truncated"
+                    else pickle.dumps(["version", "entries"], protocol=2))
+    one_line_error(cli(folder, "--out", tmp_path / "out"), bad)
+
+
+def test_a_dump_over_the_size_limit_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(fr, "MAX_DUMP_BYTES", 100)
+    with pytest.raises(TraceError) as info:
+        fr.read_dump(FIXTURES / "skipped_allreduce" / "nccl_trace_rank_0")
+    assert "limit" in info.value.problem
+
+
+def test_two_dumps_of_one_rank_are_an_error(tmp_path):
+    folder = tmp_path / "hung"
+    shutil.copytree(FIXTURES / "skipped_allreduce", folder)
+    shutil.copy(folder / "nccl_trace_rank_0", folder / "fr_dump_0.pkl")
+    with pytest.raises(TraceError, match="two Flight Recorder dumps claim rank 0"):
+        load_trace_dir(folder, tmp_path / "x.duckdb")
