@@ -306,3 +306,32 @@ def test_two_dumps_of_one_rank_are_an_error(tmp_path):
     shutil.copy(folder / "nccl_trace_rank_0", folder / "fr_dump_0.pkl")
     with pytest.raises(TraceError, match="two Flight Recorder dumps claim rank 0"):
         load_trace_dir(folder, tmp_path / "x.duckdb")
+
+
+# ---------------------------------------------------------------- ingest, one rank at a time
+
+
+def test_ingest_keeps_each_rank_dump_and_the_shard_set_names_the_culprit(tmp_path):
+    shards = tmp_path / "shards"
+    for trace in sorted((FIXTURES / "hang_with_profile").glob("rank*.pt.trace.json.gz")):
+        assert cli("ingest", trace, "--shards", shards).returncode == 0
+    for rank in range(4):
+        proc = cli("ingest", FIXTURES / "hang_with_profile" / f"nccl_trace_rank_{rank}", "--shards", shards)
+        assert proc.returncode == 0, proc.stderr
+        assert f"rank {rank}: kept its Flight Recorder dump" in proc.stdout
+    a = traceanalyze.analyze(None, shards=str(shards), progress=False)
+    try:
+        assert [r["rank"] for r in a.summary_dict["ranks"]] == [0, 1, 2, 3]
+        (hang,) = [f for f in a.findings if f.rule == "collective-hang"]
+        assert list(hang.ranks) == frontier_by_hand(dumps_of("hang_with_profile"))["culprits"]
+    finally:
+        a.close()
+
+
+def test_ingest_of_a_crafted_dump_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    crafted = tmp_path / "nccl_trace_rank_5"
+    crafted.write_bytes(pickle.dumps({"version": "2.10", "entries": [_Payload(marker)]}, protocol=2))
+    one_line_error(cli("ingest", crafted, "--shards", tmp_path / "shards"), crafted)
+    assert not marker.exists()
+    assert not (tmp_path / "shards" / "flight_recorder" / crafted.name).exists()

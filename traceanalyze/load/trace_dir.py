@@ -19,7 +19,7 @@ import duckdb
 from traceanalyze.version import __version__
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
-from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
+from traceanalyze.load.discover import Discovery, TraceFile, discover, find_dumps, format_ranks
 from traceanalyze.load.executor_registry import run_maps
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
 from traceanalyze.load.fr_database import dumps_only_db
@@ -304,6 +304,12 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     say = progress or (lambda _msg: None)
     store = ShardStore(shards_root)
     present = [r for r in store.ranks() if ranks is None or r in ranks]
+    dumps = ingested_dumps(store, ranks)
+    if not present and dumps:  # Flight Recorder dumps alone (ingested one per rank)
+        say(f"reading {len(dumps)} Flight Recorder dump(s), no profiler trace")
+        dumps_only_db(dumps, db_path, meta={"target": shards_root, "fingerprint": "",
+                                            "rank_selection": "all" if ranks is None else format_ranks(ranks)})
+        return LoadResult(db_path, [], False, 0, 0)
     if not present:
         raise TraceanalyzeError("no rank shards (rank=N/ folders) here", shards_root)
     manifests = {r: store.read_manifest(r) for r in present}
@@ -330,7 +336,19 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     return reduce_to_db(store, good, db_path, notes, say, meta={
         "target": shards_root, "fingerprint": "",
         "rank_selection": "all" if ranks is None else format_ranks(ranks)},
-        verified=frozenset(s.rank for s in intact))
+        verified=frozenset(s.rank for s in intact), dumps=dumps)
+
+
+# `traceanalyze ingest` keeps a rank's Flight Recorder dump here, inside a local shard folder
+DUMPS_FOLDER = "flight_recorder"
+
+
+def ingested_dumps(store: ShardStore, ranks: set[int] | None = None) -> list[DumpFile]:
+    """The Flight Recorder dumps `ingest` put in a local shard folder (<shards>/flight_recorder/)."""
+    folder = Path(local_path(store.root)) / DUMPS_FOLDER
+    if store.remote or not folder.is_dir():
+        return []
+    return find_dumps(folder, ranks)
 
 
 def _source_file(manifest: dict | None) -> TraceFile | None:
