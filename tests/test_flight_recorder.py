@@ -335,3 +335,83 @@ def test_ingest_of_a_crafted_dump_runs_nothing(tmp_path):
     one_line_error(cli("ingest", crafted, "--shards", tmp_path / "shards"), crafted)
     assert not marker.exists()
     assert not (tmp_path / "shards" / "flight_recorder" / crafted.name).exists()
+
+
+# ---------------------------------------------------------------- other layouts of the format
+
+
+def _nccl_entry(record_id: int, pg: tuple[str, str], seq: int, op: str, line: int, *, p2p: bool = False,
+                state: str = "completed") -> dict:
+    """An entry with the keys NCCL's dumps carry (version 2.x): states, times and p2p filled."""
+    return {"record_id": record_id, "pg_id": int(pg[0]), "process_group": pg,
+            "collective_seq_id": 0 if p2p else seq, "p2p_seq_id": seq if p2p else 0, "op_id": record_id + 1,
+            "profiling_name": f"nccl:{op}", "time_created_ns": 1_000 + record_id,
+            "time_discovered_started_ns": 2_000 + record_id if state != "scheduled" else None,
+            "time_discovered_completed_ns": 3_000 + record_id if state == "completed" else None,
+            "duration_ms": 1.5 if state == "completed" else None,
+            "input_sizes": [[1024]], "input_dtypes": ["BFloat16"], "output_sizes": [[1024]],
+            "output_dtypes": ["BFloat16"], "state": state, "retired": state == "completed",
+            "timeout_ms": 600_000, "is_p2p": p2p,
+            "frames": [{"name": op, "filename": "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py",
+                        "line": 2000}, {"name": "forward", "filename": "/job/model.py", "line": line}]}
+
+
+def _nccl_dump(entries: list[dict], groups: dict[str, list[int]]) -> bytes:
+    return pickle.dumps({
+        "version": "2.10", "comm_lib_version": "2.21.5", "entries": entries,
+        "pg_config": {name: {"name": name, "desc": "default_pg" if name == "0" else "mesh_tp",
+                             "ranks": str(ranks)} for name, ranks in groups.items()},
+        "pg_status": {name: {"last_enqueued_collective": max([e["collective_seq_id"] for e in entries
+                                                              if e["process_group"][0] == name] or [0]),
+                             "last_started_collective": -1, "last_completed_collective": -1}
+                      for name in groups}}, protocol=4)
+
+
+def test_nccl_layout_members_come_from_pg_config(tmp_path):
+    """NCCL fills pg_config: the TP group {2, 3}'s rank 3 never issued any of its collectives
+    (no entry names the group on rank 3): it is still a member, and the culprit."""
+    world, tp = ("0", "default_pg"), ("1", "mesh_tp")
+    folder = tmp_path / "nccl"
+    folder.mkdir()
+    first = [_nccl_entry(0, world, 1, "all_reduce", 10), _nccl_entry(1, world, 2, "_allgather_base", 11),
+             _nccl_entry(2, world, 1, "send 0->1", 12, p2p=True)]
+    (folder / "nccl_trace_rank_0").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3]}))
+    (folder / "nccl_trace_rank_1").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3]}))
+    stuck = first + [_nccl_entry(3, tp, 1, "all_reduce", 20, state="started")]
+    (folder / "nccl_trace_rank_2").write_bytes(_nccl_dump(stuck, {"0": [0, 1, 2, 3], "1": [2, 3]}))
+    (folder / "nccl_trace_rank_3").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3], "1": [2, 3]}))
+    db = tmp_path / "nccl.duckdb"
+    load_trace_dir(folder, db)
+    assert q(db, "SELECT pg_name, members, members_source FROM fr_groups ORDER BY pg_name") == \
+        [("0", [0, 1, 2, 3], "pg_config"), ("1", [2, 3], "pg_config")]
+    assert q(db, "SELECT count(*) FROM fr_entries WHERE is_p2p AND p2p_seq_id = 1") == [(4,)]
+    assert q(db, "SELECT state, time_started_ns FROM fr_entries WHERE rank = 2 AND pg_name = '1'") == [("started", 2_003)]
+    assert q(db, "SELECT pg_name, collective_seq_id, reached_ranks, absent_ranks FROM fr_frontiers") == \
+        [("1", 1, [2], [3])]
+    a = traceanalyze.analyze(folder, progress=False)
+    try:
+        (hang,) = a.findings
+        assert hang.rule == "collective-hang" and list(hang.ranks) == [3]
+        assert hang.title.startswith("rank 3 never joined all_reduce #1 of group 1 (mesh_tp); rank 2 waited in it")
+        assert "rank 3's last collective was _allgather_base #2 of the default group, called from model.py:11" \
+            in hang.title
+    finally:
+        a.close()
+
+
+def test_an_older_dump_numbers_one_sequence(tmp_path):
+    """Before version 2.2 an entry had `seq_id` and `pg_id` but no collective_seq_id / process_group."""
+    folder = tmp_path / "old"
+    folder.mkdir()
+    for rank, count in ((0, 3), (1, 2)):
+        entries = [{"seq_id": seq, "pg_id": 0, "profiling_name": "nccl:all_reduce", "state": "scheduled",
+                    "input_sizes": [[8]], "output_sizes": [[8]], "time_created_ns": seq,
+                    "frames": [{"name": "step", "filename": "train.py", "line": 7}]}
+                   for seq in range(1, count + 1)]
+        (folder / f"trace_{rank}.pkl").write_bytes(pickle.dumps({"version": "1.5", "entries": entries,
+                                                                 "pg_config": {}}, protocol=2))
+    db = tmp_path / "old.duckdb"
+    load_trace_dir(folder, db)
+    assert q(db, "SELECT rank, pg_name, collective_seq_id FROM fr_entries ORDER BY rank, record_id") == \
+        [(0, "0", 1), (0, "0", 2), (0, "0", 3), (1, "0", 1), (1, "0", 2)]
+    assert q(db, "SELECT collective_seq_id, reached_ranks, absent_ranks FROM fr_frontiers") == [(3, [0], [1])]
