@@ -415,3 +415,17 @@ def test_an_older_dump_numbers_one_sequence(tmp_path):
     assert q(db, "SELECT rank, pg_name, collective_seq_id FROM fr_entries ORDER BY rank, record_id") == \
         [(0, "0", 1), (0, "0", 2), (0, "0", 3), (1, "0", 1), (1, "0", 2)]
     assert q(db, "SELECT collective_seq_id, reached_ranks, absent_ranks FROM fr_frontiers") == [(3, [0], [1])]
+
+
+def test_sizes_nested_too_deeply_are_a_one_line_error(tmp_path):
+    folder = tmp_path / "deep"
+    shutil.copytree(FIXTURES / "skipped_allreduce", folder)
+    dump = pickle.loads((folder / "nccl_trace_rank_0").read_bytes())
+    dump["entries"][0]["input_sizes"] = "NESTED"
+    data = pickle.dumps(dump, protocol=2)
+    placeholder = b"X" + len(b"NESTED").to_bytes(4, "little") + b"NESTED"  # BINUNICODE 'NESTED'
+    assert data.count(placeholder) == 1
+    depth = 100_000  # lists in lists: EMPTY_LIST pushed `depth` times, then APPENDed into each other
+    bad = folder / "nccl_trace_rank_0"
+    bad.write_bytes(data.replace(placeholder, b"]" * depth + b"a" * (depth - 1)))
+    assert "nested too deeply" in one_line_error(cli(folder, "--out", tmp_path / "out"), bad)

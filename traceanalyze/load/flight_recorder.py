@@ -250,12 +250,18 @@ def insert_dumps(con, dumps: list[DumpFile]) -> None:
         return
     per_rank = {d.rank: read_dump(d.path) for d in dumps}
     files = {d.rank: d for d in dumps}
+    entries, status = [], []
+    for rank in sorted(per_rank):
+        try:
+            entries += entry_rows(rank, per_rank[rank])
+            status += status_rows(rank, per_rank[rank])
+        except RecursionError:  # (sizes nested thousands deep: no dump of torch's)
+            raise TraceFormatError("not a readable Flight Recorder dump (values nested too deeply)",
+                                   str(files[rank].path)) from None
     con.executemany("INSERT INTO fr_dumps VALUES (?, ?, ?, ?, ?, ?)",
                     [dump_row(files[r], per_rank[r]) for r in sorted(per_rank)])
-    entries = [row for r in sorted(per_rank) for row in entry_rows(r, per_rank[r])]
     if entries:
         con.executemany(f"INSERT INTO fr_entries VALUES ({', '.join('?' * len(entries[0]))})", entries)
-    status = [row for r in sorted(per_rank) for row in status_rows(r, per_rank[r])]
     if status:
         con.executemany("INSERT INTO fr_status VALUES (?, ?, ?, ?, ?, ?)", status)
     groups = group_rows(per_rank)
