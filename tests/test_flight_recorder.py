@@ -429,3 +429,21 @@ def test_sizes_nested_too_deeply_are_a_one_line_error(tmp_path):
     bad = folder / "nccl_trace_rank_0"
     bad.write_bytes(data.replace(placeholder, b"]" * depth + b"a" * (depth - 1)))
     assert "nested too deeply" in one_line_error(cli(folder, "--out", tmp_path / "out"), bad)
+
+
+def test_strings_from_a_dump_are_escaped_in_the_report_and_the_terminal(tmp_path):
+    from tests.tracegen import flight_recorder_dump
+
+    folder = tmp_path / "hung"
+    folder.mkdir()
+    desc = "<img src=x onerror=alert(1)>\x1b[31m"
+    calls = [["1", desc, 1, "all_reduce", [[4]], 5], ["1", desc, 2, "all_reduce", [[4]], 5]]
+    (folder / "nccl_trace_rank_0").write_bytes(flight_recorder_dump(calls))
+    (folder / "nccl_trace_rank_1").write_bytes(flight_recorder_dump(calls[:1]))
+    proc = cli(folder, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "rank 1 never joined all_reduce #2 of group 1" in " ".join(proc.stdout.split())
+    assert "\x1b[31m" not in proc.stdout
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="flight-recorder"' in page
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
