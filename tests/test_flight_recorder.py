@@ -447,3 +447,20 @@ def test_strings_from_a_dump_are_escaped_in_the_report_and_the_terminal(tmp_path
     page = (tmp_path / "out" / "report.html").read_text()
     assert 'id="flight-recorder"' in page
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_recording_gets_the_finding_it_was_built_for(scenario):
+    """expected.json `injected` (ground truth by construction in record_flight_recorder.py):
+    exactly that Flight Recorder finding, or none."""
+    import json
+
+    injected = json.loads((FIXTURES / scenario / "expected.json").read_text())["injected"]
+    a = traceanalyze.analyze(FIXTURES / scenario, progress=False)
+    try:
+        got = [{"rule": f.rule, "ranks": list(f.ranks), "pg_name": f.evidence["pg_name"],
+                "collective_seq_id": f.evidence["collective_seq_id"], "severity": f.severity}
+               for f in a.findings if f.rule in ("collective-hang", "collective-mismatch")]
+    finally:
+        a.close()
+    assert got == ([] if injected is None else [{**injected, "severity": "error"}])
