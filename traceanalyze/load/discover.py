@@ -27,6 +27,9 @@ RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 WINDOW_IN_NAME = re.compile(
     r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.(?:json|pftrace|perfetto-trace|pb)(?:\.gz)?$")
 HEAD_PROBE_BYTES = 1 << 20
+# files never opened to look for a Flight Recorder dump (ours, and what sits beside traces)
+NOT_DUMPS = (".parquet", ".duckdb", ".wal", ".tmp", ".lock", ".html", ".md", ".txt", ".csv", ".log", ".py",
+             ".yaml", ".toml", ".perfetto-trace.gz")
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ def list_dump_paths(target: Path) -> list[Path]:
     if _kind_of(target) is None:
         return [target] if looks_like_dump(target) else []
     return sorted(p for p in target.rglob("*")
-                  if not p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
+                  if not p.name.endswith(TRACE_SUFFIXES + NOT_DUMPS) and not p.name.startswith(".")
                   and _kind_of(p) is None and looks_like_dump(p))
 
 
