@@ -24,7 +24,7 @@ from traceanalyze.load import flight_recorder as fr
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "flight_recorder"
-SCENARIOS = ("skipped_allreduce", "tp_hang", "desync_op", "healthy", "hang_with_profile")
+SCENARIOS = ("skipped_allreduce", "tp_hang", "desync_op", "healthy", "hang_with_profile")  # recorded on gloo
 
 
 def dumps_of(scenario: str) -> dict[int, dict]:
@@ -464,3 +464,34 @@ def test_each_recording_gets_the_finding_it_was_built_for(scenario):
     finally:
         a.close()
     assert got == ([] if injected is None else [{**injected, "severity": "error"}])
+
+
+def test_torchs_own_analyzer_agrees_on_the_nccl_layout(tmp_path):
+    """fixtures/flight_recorder/nccl_layout (NCCL's layout, which torchfrtrace can read): its
+    missing ranks and culprits, kept in torchfrtrace.txt, are ours."""
+    import re
+
+    folder = FIXTURES / "nccl_layout"
+    text = (folder / "torchfrtrace.txt").read_text()
+    blocks = re.split(r"\n(?=Collective sequence number|Not all ranks joining)", text.strip())
+    theirs_missing, theirs_mismatch = set(), set()
+    for block in blocks:
+        seq = int(re.search(r"sequence number: (\d+)", block).group(1))
+        group = re.search(r"group info: ([^:\n]+):", block).group(1)
+        if (m := re.search(r"missing ranks: \{([\d, ]+)\}", block)):
+            theirs_missing |= {(group, seq, int(r)) for r in m.group(1).split(",")}
+        if (m := re.search(r"Culprit rank (\d+); Error type: COLLECTIVE_TYPE_MISMATCH", block)):
+            theirs_mismatch.add((group, seq, int(m.group(1))))
+    assert theirs_missing and theirs_mismatch  # the file says something to agree with
+    a = traceanalyze.analyze(folder, progress=False)
+    try:
+        ours_missing = {(row["pg_name"], row["collective_seq_id"], r)
+                        for row in a.summary_dict["flight_recorder"]["frontiers"] for r in row["missing_ranks"]}
+        ours_mismatch = {(f.evidence["pg_name"], f.evidence["collective_seq_id"], r)
+                         for f in a.findings if f.rule == "collective-mismatch" for r in f.ranks}
+        (hang,) = [f for f in a.findings if f.rule == "collective-hang"]
+    finally:
+        a.close()
+    assert ours_missing == theirs_missing
+    assert ours_mismatch == theirs_mismatch
+    assert {(hang.evidence["pg_name"], hang.evidence["collective_seq_id"], r) for r in hang.ranks} == theirs_missing

@@ -39,7 +39,7 @@ def flight_recorder_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | 
     (inferred,) = con.execute("SELECT count(*) FROM fr_groups WHERE members_source = 'inferred'").fetchone()
     frontiers = _rows(con, f"""
         SELECT pg_name, pg_desc, collective_seq_id, op, code_line, reached_ranks, waiting_ranks,
-               absent_ranks, blocked_ranks, downstream
+               missing_ranks, absent_ranks, blocked_ranks, downstream
         FROM fr_frontiers ORDER BY cause_order LIMIT {MAX_FRONTIERS}""")
     (stopped,) = con.execute("SELECT count(*) FROM fr_frontiers").fetchone()
     return {"dumps": dumps, "groups_count": int(groups), "groups_inferred_count": int(inferred),
