@@ -376,7 +376,8 @@ def test_nccl_layout_members_come_from_pg_config(tmp_path):
     first = [_nccl_entry(0, world, 1, "all_reduce", 10), _nccl_entry(1, world, 2, "_allgather_base", 11),
              _nccl_entry(2, world, 1, "send 0->1", 12, p2p=True)]
     (folder / "nccl_trace_rank_0").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3]}))
-    (folder / "nccl_trace_rank_1").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3]}))
+    received = first[:2] + [_nccl_entry(2, world, 1, "recv 1<-0", 12, p2p=True)]  # rank 0's send, received
+    (folder / "nccl_trace_rank_1").write_bytes(_nccl_dump(received, {"0": [0, 1, 2, 3]}))
     stuck = first + [_nccl_entry(3, tp, 1, "all_reduce", 20, state="started")]
     (folder / "nccl_trace_rank_2").write_bytes(_nccl_dump(stuck, {"0": [0, 1, 2, 3], "1": [2, 3]}))
     (folder / "nccl_trace_rank_3").write_bytes(_nccl_dump(first, {"0": [0, 1, 2, 3], "1": [2, 3]}))
@@ -384,7 +385,8 @@ def test_nccl_layout_members_come_from_pg_config(tmp_path):
     load_trace_dir(folder, db)
     assert q(db, "SELECT pg_name, members, members_source FROM fr_groups ORDER BY pg_name") == \
         [("0", [0, 1, 2, 3], "pg_config"), ("1", [2, 3], "pg_config")]
-    assert q(db, "SELECT count(*) FROM fr_entries WHERE is_p2p AND p2p_seq_id = 1") == [(4,)]
+    assert q(db, "SELECT op, p2p_src, p2p_dst, count(*) FROM fr_entries WHERE is_p2p AND p2p_seq_id = 1 "
+                 "GROUP BY ALL ORDER BY op") == [("recv", 0, 1, 1), ("send", 0, 1, 3)]
     assert q(db, "SELECT state, time_started_ns FROM fr_entries WHERE rank = 2 AND pg_name = '1'") == [("started", 2_003)]
     assert q(db, "SELECT pg_name, collective_seq_id, reached_ranks, absent_ranks FROM fr_frontiers") == \
         [("1", 1, [2], [3])]

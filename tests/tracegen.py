@@ -48,7 +48,8 @@ Input type. Any number may be a list indexed by step.
     flight_recorder:         # Flight Recorder dumps, nccl_trace_rank_<R> (the keys of torch 2.13's
       2: [["0", default_pg, 1, all_reduce, [[4]], 50]]   # version 2.10 on gloo), per rank its
                              # collectives: [group name, description, collective_seq_id, op, sizes,
-                             # the line of train.py that called it, {dtype: Float}]; `ranks: 0`
+                             # the line of train.py that called it, {dtype: Float}]; ops
+                             # 'send 0->1' / 'recv 1<-0' are p2p (NCCL's names); `ranks: 0`
                              # writes no profiler trace beside them
 """
 
@@ -235,15 +236,20 @@ def flight_recorder_dump(calls: list) -> bytes:
         options = call[6] if len(call) > 6 else {}
         pg_id = pg_ids.setdefault(str(pg_name), len(pg_ids))
         dtype = options.get("dtype", "Float")
+        p2p = op.startswith(("send ", "recv "))
+        backend = "nccl" if p2p else "gloo"  # (gloo records no p2p)
         entries.append({
             "record_id": record_id, "pg_id": pg_id, "process_group": (str(pg_name), pg_desc),
-            "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"gloo:{op}",
+            "collective_seq_id": 0 if p2p else seq, "p2p_seq_id": seq if p2p else 0, "op_id": seq,
+            "profiling_name": f"{backend}:{op}",
             "time_created_ns": 1_700_000_000_000_000_000 + record_id * 1_000_000,
             "input_sizes": sizes, "input_dtypes": [dtype] * len(sizes),
             "output_sizes": sizes, "output_dtypes": [dtype] * len(sizes),
             "state": "scheduled", "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
-            "retired": True, "timeout_ms": 1_800_000, "is_p2p": False, "thread_id": "1", "thread_name": "python",
+            "retired": True, "timeout_ms": 1_800_000, "is_p2p": p2p, "thread_id": "1", "thread_name": "python",
             "frames": [TORCH_FRAME, {"filename": "/job/train.py", "line": line, "name": "step"}]})
+        if p2p:
+            continue
         status[str(pg_id)] = {"last_enqueued_collective": seq, "last_started_collective": -1,
                               "last_completed_collective": seq}
     return pickle.dumps({"version": "2.10", "entries": entries,

@@ -120,7 +120,7 @@ CREATE TABLE fr_entries (
     collective_seq_id BIGINT,   -- the collective's number in its group (1, 2, ...: the same collective has the same number on every member)
     p2p_seq_id BIGINT,          -- the p2p operation's number in its group (NCCL; 0 on gloo, which records no p2p)
     op_id BIGINT,               -- the operation's number in its group, collectives and p2p together
-    op VARCHAR,                 -- the operation: profiling_name without the backend ('all_reduce', 'broadcast', 'barrier', 'send')
+    op VARCHAR,                 -- the operation: profiling_name without the backend and the peers ('all_reduce', 'broadcast', 'barrier', 'send', 'recv')
     profiling_name VARCHAR,     -- the name as recorded ('gloo:all_reduce', 'nccl:all_reduce')
     input_sizes VARCHAR,        -- the input tensors' shapes, JSON text ('[[16,16]]')
     input_dtypes VARCHAR,       -- the input tensors' dtypes, JSON text ('["Float"]')
@@ -133,6 +133,8 @@ CREATE TABLE fr_entries (
     time_completed_ns BIGINT,   -- when it was seen completed, ns since the epoch (NCCL with timing), else NULL
     timeout_ms BIGINT,          -- the group's timeout, ms
     is_p2p BOOLEAN,             -- a send / recv (counted by p2p_seq_id) rather than a collective
+    p2p_src INTEGER,            -- a send / recv: the sending rank, as a rank of the group (from 'send 0->1' / 'recv 1<-0'), else NULL
+    p2p_dst INTEGER,            -- a send / recv: the receiving rank, as a rank of the group, else NULL
     frame_file VARCHAR,         -- the user's frame: the first frame of the Python stack outside torch (a folder named torch): its file
     frame_line INTEGER,         -- its line
     frame_name VARCHAR          -- its function

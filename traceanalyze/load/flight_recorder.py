@@ -137,6 +137,20 @@ def user_frame(frames) -> tuple[str | None, int | None, str | None]:
     return None, None, None
 
 
+P2P_NAME = re.compile(r"^(send) (\d{1,8})->(\d{1,8})$|^(recv) (\d{1,8})<-(\d{1,8})$")
+
+
+def p2p_peers(name: str) -> tuple[str, int | None, int | None]:
+    """'send 0->1' -> ('send', 0, 1); 'recv 1<-0' -> ('recv', 0, 1) (source, destination: ranks
+    of the group); a collective's name -> (name, None, None)."""
+    m = P2P_NAME.match(name)
+    if not m:
+        return name, None, None
+    if m.group(1):
+        return "send", int(m.group(2)), int(m.group(3))
+    return "recv", int(m.group(6)), int(m.group(5))
+
+
 def entry_rows(rank: int, dump: dict) -> list[tuple]:
     """fr_entries rows of one dump (schema.sql), in the dump's order."""
     rows = []
@@ -149,17 +163,18 @@ def entry_rows(rank: int, dump: dict) -> list[tuple]:
         if seq is None:
             seq = _int(entry.get("seq_id"))  # dumps before version 2.2 numbered one sequence
         file, line, function = user_frame(entry.get("frames"))
+        op, src, dst = p2p_peers(name.split(":", 1)[-1])
         rows.append((
             rank, _int(entry.get("record_id")) if _int(entry.get("record_id")) is not None else index,
             _int(entry.get("pg_id")), pg_name, pg_desc, seq, _int(entry.get("p2p_seq_id")), _int(entry.get("op_id")),
-            name.split(":", 1)[-1], name,
+            op, name,
             _json_text(entry.get("input_sizes")), _json_text(entry.get("input_dtypes")),
             _json_text(entry.get("output_sizes")), _json_text(entry.get("output_dtypes")),
             _text(entry.get("state")), entry.get("retired") if isinstance(entry.get("retired"), bool) else None,
             _int(entry.get("time_created_ns")), _int(entry.get("time_discovered_started_ns")),
             _int(entry.get("time_discovered_completed_ns")), _int(entry.get("timeout_ms")),
             bool(entry.get("is_p2p")) if isinstance(entry.get("is_p2p"), bool) else False,
-            file, line, function))
+            src, dst, file, line, function))
     return rows
 
 
