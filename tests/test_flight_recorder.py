@@ -497,3 +497,20 @@ def test_torchs_own_analyzer_agrees_on_the_nccl_layout(tmp_path):
     assert ours_missing == theirs_missing
     assert ours_mismatch == theirs_mismatch
     assert {(hang.evidence["pg_name"], hang.evidence["collective_seq_id"], r) for r in hang.ranks} == theirs_missing
+
+
+def test_odd_values_in_a_dump_are_kept_or_refused_in_one_line(tmp_path):
+    """A line number beyond any file, a lone surrogate in a description, a pg_status key in other
+    digits: loaded (replaced where they cannot be text), never a traceback."""
+    folder = tmp_path / "odd"
+    shutil.copytree(FIXTURES / "skipped_allreduce", folder)
+    dump = pickle.loads((folder / "nccl_trace_rank_0").read_bytes())
+    dump["entries"][0]["frames"][2]["line"] = 2 ** 40
+    dump["entries"][1]["process_group"] = ("0", "default\udc80pg")
+    dump["pg_status"]["\u00b2"] = {"last_enqueued_collective": 1}
+    (folder / "nccl_trace_rank_0").write_bytes(pickle.dumps(dump, protocol=2))
+    db = tmp_path / "odd.duckdb"
+    load_trace_dir(folder, db)
+    assert q(db, "SELECT frame_line FROM fr_entries WHERE rank = 0 AND record_id = 0") == [(2 ** 40,)]
+    assert q(db, "SELECT pg_desc FROM fr_entries WHERE rank = 0 AND record_id = 1") == [("default?pg",)]
+    assert q(db, "SELECT count(*) FROM fr_status WHERE rank = 0 AND pg_id IS NULL") == [(1,)]

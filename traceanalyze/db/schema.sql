@@ -114,7 +114,7 @@ CREATE TABLE fr_dumps (
 CREATE TABLE fr_entries (
     rank INTEGER,               -- global rank whose dump recorded it
     record_id BIGINT,           -- its number in the rank's recorder (increasing; the order the rank issued them)
-    pg_id INTEGER,              -- the rank's own number for the group (its groups in creation order; not the same on every rank)
+    pg_id BIGINT,               -- the rank's own number for the group (its groups in creation order; not the same on every rank)
     pg_name VARCHAR,            -- the process group's name ('0' is the default group; torch numbers groups in creation order, the same on every rank)
     pg_desc VARCHAR,            -- the group's description ('default_pg', a new_group's group_desc, 'undefined' when none), NULL when absent
     collective_seq_id BIGINT,   -- the collective's number in its group (1, 2, ...: the same collective has the same number on every member)
@@ -136,14 +136,14 @@ CREATE TABLE fr_entries (
     p2p_src INTEGER,            -- a send / recv: the sending rank, as a rank of the group (from 'send 0->1' / 'recv 1<-0'), else NULL
     p2p_dst INTEGER,            -- a send / recv: the receiving rank, as a rank of the group, else NULL
     frame_file VARCHAR,         -- the user's frame: the first frame of the Python stack outside torch (a folder named torch): its file
-    frame_line INTEGER,         -- its line
+    frame_line BIGINT,          -- its line
     frame_name VARCHAR          -- its function
 );
 
 -- One row per rank and process group: how far the rank got in the group's collectives when it dumped (the dump's pg_status).
 CREATE TABLE fr_status (
     rank INTEGER,               -- global rank
-    pg_id INTEGER,              -- the rank's own number for the group (the key of pg_status)
+    pg_id BIGINT,               -- the rank's own number for the group (the key of pg_status)
     pg_name VARCHAR,            -- the group's name (from the rank's entries of that pg_id; NULL when none is left in its buffer)
     last_enqueued_collective BIGINT,   -- collective_seq_id of the last collective the rank issued in the group (counts those the ring buffer no longer holds)
     last_started_collective BIGINT,    -- of the last one seen started (-1: none, or not tracked: gloo)

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import duckdb
 
 from traceanalyze.errors import TraceFormatError, TraceanalyzeError
 
@@ -97,8 +102,8 @@ def _int(value) -> int | None:
 
 
 def _text(value) -> str | None:
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # (a pickle may hold lone surrogates: replaced, as invalid UTF-8 is)
+        return value if value.isascii() else value.encode("utf-8", errors="replace").decode("utf-8")
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -196,7 +201,7 @@ def status_rows(rank: int, dump: dict) -> list[tuple]:
     if not isinstance(status, dict):
         return []
     names = _names_by_pg_id(dump)
-    return [(rank, _int(int(pg)) if str(pg).isdigit() else None, names.get(str(pg)),
+    return [(rank, int(pg) if re.fullmatch(r"[0-9]{1,12}", str(pg)) else None, names.get(str(pg)),
              _int(s.get("last_enqueued_collective")), _int(s.get("last_started_collective")),
              _int(s.get("last_completed_collective")))
             for pg, s in sorted(status.items(), key=lambda kv: str(kv[0]))
@@ -259,26 +264,48 @@ def dump_row(dump_file: DumpFile, dump: dict) -> tuple:
             len(dump["entries"]), _text(dump.get("comm_lib_version")))
 
 
+def _insert(con, table: str, rows: list[tuple], path: Path) -> None:
+    """Rows into one of our tables, typed as the table's columns, through a Parquet file (one
+    statement per row would cost minutes for a big job's dumps)."""
+    if not rows:
+        return
+    import polars as pl
+
+    columns = con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                          "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
+    kinds = {"BIGINT": pl.Int64, "INTEGER": pl.Int64, "VARCHAR": pl.Utf8, "BOOLEAN": pl.Boolean}
+    frame = pl.DataFrame(rows, schema=[(name, kinds[kind]) for name, kind in columns], orient="row")
+    folder = tempfile.mkdtemp(prefix="traceanalyze-fr-")
+    try:
+        file = os.path.join(folder, "rows.parquet")
+        frame.write_parquet(file)
+        con.execute(f"INSERT INTO {table} SELECT * FROM read_parquet(?)", [file])  # (our table names)
+    except (duckdb.Error, pl.exceptions.PolarsError, OverflowError) as exc:
+        raise TraceFormatError(f"a Flight Recorder dump with a value that does not fit {table} "
+                               f"({' '.join(str(exc).split())[:160]})", str(path)) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def insert_dumps(con, dumps: list[DumpFile]) -> None:
     """Read every dump (safely) and fill fr_dumps, fr_entries, fr_status and fr_groups."""
     if not dumps:
         return
     per_rank = {d.rank: read_dump(d.path) for d in dumps}
     files = {d.rank: d for d in dumps}
-    entries, status = [], []
+    entries, status = {}, {}
     for rank in sorted(per_rank):
         try:
-            entries += entry_rows(rank, per_rank[rank])
-            status += status_rows(rank, per_rank[rank])
+            entries[rank] = entry_rows(rank, per_rank[rank])
+            status[rank] = status_rows(rank, per_rank[rank])
         except RecursionError:  # (sizes nested thousands deep: no dump of torch's)
             raise TraceFormatError("not a readable Flight Recorder dump (values nested too deeply)",
                                    str(files[rank].path)) from None
     con.executemany("INSERT INTO fr_dumps VALUES (?, ?, ?, ?, ?, ?)",
                     [dump_row(files[r], per_rank[r]) for r in sorted(per_rank)])
-    if entries:
-        con.executemany(f"INSERT INTO fr_entries VALUES ({', '.join('?' * len(entries[0]))})", entries)
-    if status:
-        con.executemany("INSERT INTO fr_status VALUES (?, ?, ?, ?, ?, ?)", status)
+    for rank in sorted(per_rank):
+        _insert(con, "fr_entries", entries[rank], files[rank].path)
+        _insert(con, "fr_status", status[rank], files[rank].path)
     groups = group_rows(per_rank)
     if groups:
         con.executemany("INSERT INTO fr_groups VALUES (?, ?, ?, ?)", groups)
