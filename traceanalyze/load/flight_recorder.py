@@ -159,6 +159,14 @@ def p2p_peers(name: str) -> tuple[str, int | None, int | None]:
 def entry_rows(rank: int, dump: dict) -> list[tuple]:
     """fr_entries rows of one dump (schema.sql), in the dump's order."""
     rows = []
+    known: dict[str, str | None] = {}  # sizes and dtypes repeat: each distinct value is encoded once
+
+    def as_json(value) -> str | None:
+        key = repr(value)
+        if key not in known:
+            known[key] = _json_text(value)
+        return known[key]
+
     for index, entry in enumerate(dump["entries"]):
         if not isinstance(entry, dict):
             continue
@@ -173,8 +181,8 @@ def entry_rows(rank: int, dump: dict) -> list[tuple]:
             rank, _int(entry.get("record_id")) if _int(entry.get("record_id")) is not None else index,
             _int(entry.get("pg_id")), pg_name, pg_desc, seq, _int(entry.get("p2p_seq_id")), _int(entry.get("op_id")),
             op, name,
-            _json_text(entry.get("input_sizes")), _json_text(entry.get("input_dtypes")),
-            _json_text(entry.get("output_sizes")), _json_text(entry.get("output_dtypes")),
+            as_json(entry.get("input_sizes")), as_json(entry.get("input_dtypes")),
+            as_json(entry.get("output_sizes")), as_json(entry.get("output_dtypes")),
             _text(entry.get("state")), entry.get("retired") if isinstance(entry.get("retired"), bool) else None,
             _int(entry.get("time_created_ns")), _int(entry.get("time_discovered_started_ns")),
             _int(entry.get("time_discovered_completed_ns")), _int(entry.get("timeout_ms")),
