@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "12"
+SCHEMA_VERSION = "13"  # 13: the Flight Recorder tables (fr_*)
 
 
 def _sql_text(name: str) -> str:
