@@ -27,6 +27,11 @@ def command(trace: str, shards: str, force: bool) -> None:
     from traceanalyze.load.map import map_rank_locked
     from traceanalyze.load.shards import ShardStore, is_remote, local_path, rank_lock
 
+    if not is_remote(trace) and Path(trace).is_file():
+        from traceanalyze.load.flight_recorder import looks_like_dump
+
+        if looks_like_dump(Path(trace)):
+            return _ingest_dump(Path(trace), shards)
     if is_remote(trace):
         from traceanalyze.load.remote import identify_remote
 
@@ -57,6 +62,30 @@ def command(trace: str, shards: str, force: bool) -> None:
             _remove_if_empty(Path(local_path(shards)), Path(store.rank_dir(tf.rank)))
         raise
     click.echo(f"rank {tf.rank}: wrote {store.rank_dir(tf.rank)} ({manifest['events']:,} events)")
+
+
+def _ingest_dump(path: Path, shards: str) -> None:
+    """A rank's Flight Recorder dump, checked (read without running anything), kept in
+    SHARDS/flight_recorder/ under its name: the analysis of the shard set reads it."""
+    from traceanalyze.atomic import write_bytes_atomic
+    from traceanalyze.load.flight_recorder import identify_dump, read_dump
+    from traceanalyze.load.shards import is_remote, local_path
+    from traceanalyze.load.trace_dir import DUMPS_FOLDER
+
+    if is_remote(shards):
+        raise TraceanalyzeError("Flight Recorder dumps are ingested into a local shard folder", shards)
+    dump = identify_dump(path)
+    read_dump(path)
+    folder = Path(local_path(shards)) / DUMPS_FOLDER
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for other in folder.iterdir():  # (a dump of this rank under another name is replaced)
+            if other.name != path.name and identify_dump(other).rank == dump.rank:
+                other.unlink()
+        write_bytes_atomic(folder / path.name, path.read_bytes())
+    except OSError as exc:
+        raise TraceanalyzeError(f"cannot write the shard folder: {exc.strerror}", shards) from None
+    click.echo(f"rank {dump.rank}: kept its Flight Recorder dump in {folder / path.name}")
 
 
 def _up_to_date(store, tf) -> bool:

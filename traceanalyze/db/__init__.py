@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "14"  # 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 
 
 def _sql_text(name: str) -> str:

@@ -99,3 +99,61 @@ CREATE TABLE gpu_specs (
     inter_node_busbw_gb_per_s DOUBLE,  -- typical bus bandwidth across nodes (one InfiniBand / RoCE NIC per GPU of the model's generation), GB/s
     hbm_gb_per_s DOUBLE         -- peak device memory bandwidth, GB/s (the roofline's memory bound; A100 40 GB figure for A100)
 );
+
+-- One row per Flight Recorder dump read (torch.distributed's record of each rank's last collectives; docs/flight-recorder.md).
+CREATE TABLE fr_dumps (
+    rank INTEGER,               -- global rank of the dump (the trailing number of its file name)
+    file VARCHAR,               -- path of the dump
+    file_bytes BIGINT,          -- size of the dump on disk
+    version VARCHAR,            -- the dump's format version ('2.10' from torch 2.13), NULL when absent
+    entries BIGINT,             -- collectives recorded in it (at most TORCH_FR_BUFFER_SIZE: the oldest are overwritten)
+    comm_lib_version VARCHAR    -- the communication library's version (NCCL), '' or NULL on gloo
+);
+
+-- One row per collective (or p2p operation) a Flight Recorder dump recorded, oldest first per rank.
+CREATE TABLE fr_entries (
+    rank INTEGER,               -- global rank whose dump recorded it
+    record_id BIGINT,           -- its number in the rank's recorder (increasing; the order the rank issued them)
+    pg_id BIGINT,               -- the rank's own number for the group (its groups in creation order; not the same on every rank)
+    pg_name VARCHAR,            -- the process group's name ('0' is the default group; torch numbers groups in creation order, the same on every rank)
+    pg_desc VARCHAR,            -- the group's description ('default_pg', a new_group's group_desc, 'undefined' when none), NULL when absent
+    collective_seq_id BIGINT,   -- the collective's number in its group (1, 2, ...: the same collective has the same number on every member)
+    p2p_seq_id BIGINT,          -- the p2p operation's number in its group (NCCL; 0 on gloo, which records no p2p)
+    op_id BIGINT,               -- the operation's number in its group, collectives and p2p together
+    op VARCHAR,                 -- the operation: profiling_name without the backend and the peers ('all_reduce', 'broadcast', 'barrier', 'send', 'recv')
+    profiling_name VARCHAR,     -- the name as recorded ('gloo:all_reduce', 'nccl:all_reduce')
+    input_sizes VARCHAR,        -- the input tensors' shapes, JSON text ('[[16,16]]')
+    input_dtypes VARCHAR,       -- the input tensors' dtypes, JSON text ('["Float"]')
+    output_sizes VARCHAR,       -- the output tensors' shapes, JSON text
+    output_dtypes VARCHAR,      -- the output tensors' dtypes, JSON text
+    state VARCHAR,              -- 'scheduled', 'started' or 'completed' when dumped (gloo leaves 'scheduled')
+    retired BOOLEAN,            -- the recorder no longer tracks it (its work object is done or gone)
+    time_created_ns BIGINT,     -- when the rank issued it, ns since the epoch (the host's clock)
+    time_started_ns BIGINT,     -- when it was seen started, ns since the epoch (NCCL with timing), else NULL
+    time_completed_ns BIGINT,   -- when it was seen completed, ns since the epoch (NCCL with timing), else NULL
+    timeout_ms BIGINT,          -- the group's timeout, ms
+    is_p2p BOOLEAN,             -- a send / recv (counted by p2p_seq_id) rather than a collective
+    p2p_src INTEGER,            -- a send / recv: the sending rank, as a rank of the group (from 'send 0->1' / 'recv 1<-0'), else NULL
+    p2p_dst INTEGER,            -- a send / recv: the receiving rank, as a rank of the group, else NULL
+    frame_file VARCHAR,         -- the user's frame: the first frame of the Python stack outside torch (a folder named torch): its file
+    frame_line BIGINT,          -- its line
+    frame_name VARCHAR          -- its function
+);
+
+-- One row per rank and process group: how far the rank got in the group's collectives when it dumped (the dump's pg_status).
+CREATE TABLE fr_status (
+    rank INTEGER,               -- global rank
+    pg_id BIGINT,               -- the rank's own number for the group (the key of pg_status)
+    pg_name VARCHAR,            -- the group's name (from the rank's entries of that pg_id; NULL when none is left in its buffer)
+    last_enqueued_collective BIGINT,   -- collective_seq_id of the last collective the rank issued in the group (counts those the ring buffer no longer holds)
+    last_started_collective BIGINT,    -- of the last one seen started (-1: none, or not tracked: gloo)
+    last_completed_collective BIGINT   -- of the last one seen completed (-1: none)
+);
+
+-- One row per process group named by the Flight Recorder dumps.
+CREATE TABLE fr_groups (
+    pg_name VARCHAR,            -- the group's name
+    pg_desc VARCHAR,            -- its description, NULL when no dump names one
+    members INTEGER[],          -- its global ranks (sorted)
+    members_source VARCHAR      -- 'pg_config' (a dump lists them: NCCL) or 'inferred' (the ranks whose dumps name the group: gloo leaves pg_config empty)
+);

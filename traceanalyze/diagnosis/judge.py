@@ -30,9 +30,12 @@ class Judge:
     min_steps_count: int = 2
     min_window_ms: float = 1.0
     needs_profiler_steps: bool = True
+    needs_window: bool = True  # False: the rule reads no profiled window (Flight Recorder dumps)
 
     def describe(self) -> str:
         """One line for docs: what the rule needs before it judges."""
+        if not self.needs_window:
+            return "no profiled window (it reads the Flight Recorder dumps)"
         needs = [f"at least {self.min_steps_count} aligned step{'' if self.min_steps_count == 1 else 's'}"
                  if self.needs_profiler_steps else "any window (no ProfilerStep needed)",
                  f"a window of at least {self.min_window_ms:g} ms"]
@@ -43,12 +46,13 @@ class Judge:
         if raw is None:
             return cls()
         if not isinstance(raw, Mapping) or not set(raw) <= {"min_steps_count", "min_window_ms",
-                                                            "needs_profiler_steps"}:
+                                                            "needs_profiler_steps", "needs_window"}:
             raise error("judge must be a mapping of min_steps_count / min_window_ms / "
-                        "needs_profiler_steps", where)
+                        "needs_profiler_steps / needs_window", where)
         return cls(int(raw.get("min_steps_count", cls.min_steps_count)),
                    float(raw.get("min_window_ms", cls.min_window_ms)),
-                   bool(raw.get("needs_profiler_steps", cls.needs_profiler_steps)))
+                   bool(raw.get("needs_profiler_steps", cls.needs_profiler_steps)),
+                   bool(raw.get("needs_window", cls.needs_window)))
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,10 @@ class Window:
 
     def screen(self, judge: Judge, severity: str | None) -> tuple[str | None, str | None]:
         """(why the rule abstains or None, the severity its findings get): a rule that judges
-        from one step reports what it sees at info on a window too small for any verdict."""
+        from one step reports what it sees at info on a window too small for any verdict; a
+        rule that reads no window (`needs_window: false`) judges whatever the window."""
+        if not judge.needs_window:
+            return None, severity
         return self.abstain_reason(judge), "info" if self.too_little else severity
 
     def abstain_reason(self, judge: Judge) -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.extension import native as _native
+from traceanalyze.load.flight_recorder import DumpFile, identify_dump, looks_like_dump
 from traceanalyze.load.source import estimated_uncompressed_bytes, open_trace_bytes
 
 PROTOBUF_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")  # Perfetto protobuf (plain or .gz)
@@ -26,6 +27,9 @@ RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 WINDOW_IN_NAME = re.compile(
     r"^(?P<worker>.+?)\.(?P<window>\d+)\.pt\.trace\.(?:json|pftrace|perfetto-trace|pb)(?:\.gz)?$")
 HEAD_PROBE_BYTES = 1 << 20
+# files never opened to look for a Flight Recorder dump (ours, and what sits beside traces)
+NOT_DUMPS = (".parquet", ".duckdb", ".wal", ".tmp", ".lock", ".html", ".md", ".txt", ".csv", ".log", ".py",
+             ".yaml", ".toml", ".perfetto-trace.gz")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Discovery:
 
     files: list[TraceFile]
     notes: list[tuple[str, str, str]] = field(default_factory=list)  # (path, kind, message)
+    dumps: list[DumpFile] = field(default_factory=list)  # Flight Recorder dumps, one per rank (by content)
 
 
 # A selection is materialized as a set: a range like 0-20000000 would cost seconds and
@@ -147,15 +152,38 @@ def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
         raise TraceanalyzeError(what, str(target))
     kind = _kind_of(target)
     if kind is None:
-        return [target], []
+        return ([], []) if looks_like_dump(target) else ([target], [])
     if kind != "a folder":
         raise TraceanalyzeError(f"not a trace file or folder: {kind}", str(target))
     paths, skipped = _scan(target)
-    if not paths:
+    if not paths and not list_dump_paths(target):
         extra = f" ({len(skipped)} entries named like traces are not regular files)" if skipped else ""
-        raise TraceanalyzeError(f"no trace files (*.json, *.pftrace, *.perfetto-trace, *.pb; or .gz) found{extra}",
+        raise TraceanalyzeError(f"no trace files (*.json, *.pftrace, *.perfetto-trace, *.pb; or .gz) found, nor any Flight Recorder dump{extra}",
                                 str(target))
     return paths, skipped
+
+
+def list_dump_paths(target: Path) -> list[Path]:
+    """Flight Recorder dumps under `target`, recognized by content (a pickle naming `entries` /
+    `version`, whatever its name): files named like traces are not dumps."""
+    if _kind_of(target) is None:
+        return [target] if looks_like_dump(target) else []
+    return sorted(p for p in target.rglob("*")
+                  if not p.name.endswith(TRACE_SUFFIXES + NOT_DUMPS) and not p.name.startswith(".")
+                  and _kind_of(p) is None and looks_like_dump(p))
+
+
+def find_dumps(target: Path, ranks: set[int] | None = None) -> list[DumpFile]:
+    """One Flight Recorder dump per rank under `target` (of the selected ranks); two dumps of
+    one rank are an error."""
+    found: dict[int, DumpFile] = {}
+    for path in list_dump_paths(target):
+        dump = identify_dump(path)
+        if dump.rank in found:
+            raise TraceanalyzeError(f"two Flight Recorder dumps claim rank {dump.rank}: {found[dump.rank].path}, "
+                                    f"{path}", str(path))
+        found[dump.rank] = dump
+    return [d for r, d in sorted(found.items()) if ranks is None or r in ranks]
 
 
 def is_protobuf(path: Path) -> bool:
@@ -272,11 +300,16 @@ def pick_windows(files: list[TraceFile]) -> Discovery:
 def discover(target: Path, ranks: set[int] | None = None, found: list[TraceFile] | None = None) -> Discovery:
     """Files to load for `target` (or the `found` ones), filtered to the selected ranks."""
     skipped: list[tuple[str, str, str]] = []
+    dumps: list[DumpFile] = []
     if found is None:
         paths, skipped = _list(target)
+        dumps = find_dumps(target, ranks)
         found = [identify(p, only_file=len(paths) == 1) for p in paths]
     result = pick_windows(found)
     result.notes += skipped
+    result.dumps = dumps
+    if not result.files:  # Flight Recorder dumps alone: no profiler trace to select ranks of
+        return result
     if ranks is not None:
         present = {tf.rank for tf in result.files}
         missing = sorted(ranks - present)

@@ -19,8 +19,10 @@ import duckdb
 from traceanalyze.version import __version__
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
-from traceanalyze.load.discover import Discovery, TraceFile, discover, format_ranks
+from traceanalyze.load.discover import Discovery, TraceFile, discover, find_dumps, format_ranks
 from traceanalyze.load.executor_registry import run_maps
+from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
+from traceanalyze.load.fr_database import dumps_only_db
 from traceanalyze.load.map_outcome import MapOutcome
 import traceanalyze.load.reduce as reduce
 from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir
@@ -60,6 +62,7 @@ def default_shards(db_path: Path) -> str:
 def _fingerprint(discovery: Discovery, ranks: set[int] | None, shards_root: str) -> str:
     files = [(tf.url or str(tf.path.resolve()), tf.size_bytes, tf.mtime_ns, tf.etag, tf.rank)
              for tf in discovery.files]
+    files += [(str(d.path.resolve()), d.size_bytes, d.mtime_ns, "flight-recorder", d.rank) for d in discovery.dumps]
     payload = json.dumps([tracedb.SCHEMA_VERSION, __version__, sorted(ranks or []), shards_root, files])
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -134,6 +137,11 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
         if reused is not None:
             say(f"reusing {db_path} (traces unchanged)")
             return reused
+    if not discovery.files:  # Flight Recorder dumps alone (load/flight_recorder.py)
+        say(f"reading {len(discovery.dumps)} Flight Recorder dump(s), no profiler trace")
+        dumps_only_db(discovery.dumps, db_path, meta={"target": str(target), "fingerprint": fingerprint,
+                                                      "rank_selection": "all" if ranks is None else format_ranks(ranks)})
+        return LoadResult(db_path, [], False, 0, 0)
     store = ShardStore(shards_root)
     created = _create_root(store, db_path)
     try:
@@ -160,7 +168,8 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
             verified |= {o.rank for o in outcomes if o.manifest is not None}
         result = reduce_to_db(store, good, db_path, notes, say, meta={
             "target": str(target), "fingerprint": fingerprint,
-            "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified)
+            "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified,
+            dumps=discovery.dumps)
     except BaseException:
         if created:
             shutil.rmtree(local_path(shards_root), ignore_errors=True)
@@ -227,7 +236,8 @@ RANK_LEFT_OUT = frozenset({"rank-failed", "shard-corrupt"})
 
 
 def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list[tuple], say: Progress,
-                 meta: dict[str, str], verified: frozenset[int] = frozenset()) -> LoadResult:
+                 meta: dict[str, str], verified: frozenset[int] = frozenset(),
+                 dumps: list[DumpFile] = ()) -> LoadResult:
     """The shards of `ranks` -> the database file `db_path` (written under a private name and
     moved into place: a concurrent load or reader never sees half a database). Each shard's
     files are checked first (`verified`: ranks this process checked already); a damaged one
@@ -264,6 +274,7 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                 con.execute("SET enable_external_file_cache = false")
             attach_shards(con, shards, materialize)
             record_notes(con, notes)
+            insert_dumps(con, list(dumps))
             cross_rank(con, shards)
             _write_meta(con, {**meta, "shards": os.path.abspath(local_path(cache)),
                               "storage": "tables" if materialize else "views",
@@ -293,6 +304,12 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     say = progress or (lambda _msg: None)
     store = ShardStore(shards_root)
     present = [r for r in store.ranks() if ranks is None or r in ranks]
+    dumps = ingested_dumps(store, ranks)
+    if not present and dumps:  # Flight Recorder dumps alone (ingested one per rank)
+        say(f"reading {len(dumps)} Flight Recorder dump(s), no profiler trace")
+        dumps_only_db(dumps, db_path, meta={"target": shards_root, "fingerprint": "",
+                                            "rank_selection": "all" if ranks is None else format_ranks(ranks)})
+        return LoadResult(db_path, [], False, 0, 0)
     if not present:
         raise TraceanalyzeError("no rank shards (rank=N/ folders) here", shards_root)
     manifests = {r: store.read_manifest(r) for r in present}
@@ -319,7 +336,19 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     return reduce_to_db(store, good, db_path, notes, say, meta={
         "target": shards_root, "fingerprint": "",
         "rank_selection": "all" if ranks is None else format_ranks(ranks)},
-        verified=frozenset(s.rank for s in intact))
+        verified=frozenset(s.rank for s in intact), dumps=dumps)
+
+
+# `traceanalyze ingest` keeps a rank's Flight Recorder dump here, inside a local shard folder
+DUMPS_FOLDER = "flight_recorder"
+
+
+def ingested_dumps(store: ShardStore, ranks: set[int] | None = None) -> list[DumpFile]:
+    """The Flight Recorder dumps `ingest` put in a local shard folder (<shards>/flight_recorder/)."""
+    folder = Path(local_path(store.root)) / DUMPS_FOLDER
+    if store.remote or not folder.is_dir():
+        return []
+    return find_dumps(folder, ranks)
 
 
 def _source_file(manifest: dict | None) -> TraceFile | None:

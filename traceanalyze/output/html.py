@@ -165,6 +165,26 @@ def _groups_view(summary: dict) -> GroupsView | None:
 
 
 @dataclass(frozen=True)
+class FlightRecorderView:
+    """The report's Flight Recorder section: what the dumps are, and where each group stopped."""
+
+    text: str                  # the dumps read: how many, of which ranks, how many groups
+    frontiers: list[dict]      # summary flight_recorder.frontiers, the first cause first
+
+
+def _flight_recorder_view(summary: dict) -> FlightRecorderView | None:
+    fr = summary.get("flight_recorder")
+    if not fr:
+        return None
+    ranks = fmt_ranks([d["rank"] for d in fr["dumps"]])
+    text = (f"{len(fr['dumps'])} dumps (ranks {ranks}), {fr['groups_count']} process groups"
+            + (f" ({fr['groups_inferred_count']} with members inferred from the entries)" if fr["groups_inferred_count"] else "")
+            + (f"; {fr['stopped_groups_count']} stopped with members missing." if fr["stopped_groups_count"]
+               else "; every group's members reached the same collective."))
+    return FlightRecorderView(text, list(fr["frontiers"]))
+
+
+@dataclass(frozen=True)
 class ReportContext:
     """Everything report.html shows; the templates see nothing else."""
 
@@ -192,6 +212,8 @@ class ReportContext:
         "help": "the process groups section: layout, lateness heatmap per dimension, pipeline step (None for a job of one dimension without a pipeline)"})
     ranks_note: str = field(default="", metadata={
         "help": "for a big job: which ranks the table shows, and the distribution over all ranks"})
+    flight_recorder: FlightRecorderView | None = field(default=None, metadata={
+        "help": "the Flight Recorder section: the dumps, and where each process group stopped (None without dumps)"})
 
 
 def _asset(name: str) -> Markup:
@@ -359,6 +381,7 @@ def build_context(summary: dict, db_path: str) -> ReportContext:
         ],
         css=_asset("report.css"), js=js, script_hash=_csp_hash(js), ranks_note=_ranks_note(summary),
         efficiency=_efficiency_view(summary), groups=_groups_view(summary),
+        flight_recorder=_flight_recorder_view(summary),
     )
 
 

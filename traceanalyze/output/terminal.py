@@ -167,6 +167,20 @@ def _load_issues(summary: dict, st: _Style) -> list[str]:
     return lines
 
 
+def _flight_recorder(summary: dict, st: _Style) -> list[str]:
+    """What the Flight Recorder dumps are: how many, of which ranks, and the groups that stopped."""
+    fr = summary.get("flight_recorder")
+    if not fr:
+        return []
+    versions = sorted({d["version"] or "?" for d in fr["dumps"]})
+    text = (f"Flight Recorder  {_plural(len(fr['dumps']), 'dump')} (ranks {fmt_ranks([d['rank'] for d in fr['dumps']])}, "
+            f"version {', '.join(versions)}), {_plural(fr['groups_count'], 'process group')}"
+            + (f" ({fr['groups_inferred_count']} with members inferred)" if fr["groups_inferred_count"] else "")
+            + (f"; {fr['stopped_groups_count']} stopped with members missing" if fr["stopped_groups_count"]
+               else "; every group's members reached the same collective"))
+    return textwrap.wrap(text, WIDTH, subsequent_indent="  ")
+
+
 def _judgement(summary: dict, st: _Style) -> list[str]:
     statement = (summary.get("judgement") or {}).get("statement")
     if not statement:
@@ -183,7 +197,13 @@ def render_verdict(summary: dict, outputs: list[tuple[str, str]] = (), color: bo
     summary, outputs = escape.deep(summary, escape.terminal), escape.deep(list(outputs), escape.terminal)
     st = _Style(color)
     hot = hot_ranks(summary)
-    blocks = [_header(summary, st) + _step_line(summary, st), _phase_table(summary, hot, st),
-              _judgement(summary, st), _findings(summary, st), _load_issues(summary, st),
-              [f"{label:<8} {path}" for label, path in outputs]]
+    if summary.get("flight_recorder") and not summary["ranks"]:  # dumps without profiler traces
+        name = Path(summary["trace_dir"].rstrip("/")).name or summary["trace_dir"]
+        head = [st(name, bold=True) + " - Flight Recorder dumps, no profiler trace"]
+        blocks = [head + _flight_recorder(summary, st), _findings(summary, st), _load_issues(summary, st),
+                  [f"{label:<8} {path}" for label, path in outputs]]
+        return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+    blocks = [_header(summary, st) + _step_line(summary, st) + _flight_recorder(summary, st),
+              _phase_table(summary, hot, st), _judgement(summary, st), _findings(summary, st),
+              _load_issues(summary, st), [f"{label:<8} {path}" for label, path in outputs]]
     return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"

@@ -21,6 +21,7 @@ import duckdb
 from traceanalyze.version import __version__
 from traceanalyze.diagnosis.diagnose import Diagnosis
 from traceanalyze.analysis.efficiency import efficiency_summary
+from traceanalyze.analysis.flight_recorder import dumps_world_size, flight_recorder_summary
 from traceanalyze.diagnosis.judge import judgement
 from traceanalyze.analysis.layout import parallel_layout
 from traceanalyze.analysis.parallel_view import groups_view
@@ -50,7 +51,7 @@ def _ranks(con: duckdb.DuckDBPyConnection, metrics: dict[int, dict]) -> list[dic
 
 def _world_size(con: duckdb.DuckDBPyConnection) -> int:
     (declared, loaded) = con.execute("SELECT max(world_size), count(*) FROM ranks").fetchone()
-    return int(declared or loaded)
+    return int(declared or loaded or dumps_world_size(con))
 
 
 def _load_issues(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -111,6 +112,7 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
     efficiency = efficiency_summary(con, detail, diagnosis.peak_tflops)
     layout = parallel_layout(con, _world_size(con))
     groups = groups_view(con, layout, detail)
+    flight_recorder = flight_recorder_summary(con)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -128,4 +130,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, trace_dir: str, diagnosis: Dia
         "judgement": judgement(diagnosis.window, list(diagnosis.abstained)),
         **({"efficiency": efficiency} if efficiency is not None else {}),
         **({"groups": groups} if groups is not None else {}),
+        **({"flight_recorder": flight_recorder} if flight_recorder is not None else {}),
     }

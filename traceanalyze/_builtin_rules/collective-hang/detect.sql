@@ -1,0 +1,1 @@
+../../../rules/collective-hang/detect.sql

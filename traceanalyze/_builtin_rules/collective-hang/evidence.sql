@@ -1,0 +1,1 @@
+../../../rules/collective-hang/evidence.sql

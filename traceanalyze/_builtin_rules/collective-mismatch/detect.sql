@@ -1,0 +1,1 @@
+../../../rules/collective-mismatch/detect.sql

@@ -1,0 +1,1 @@
+../../../rules/p2p-unmatched/evidence.sql
