@@ -111,16 +111,22 @@ members AS (
     SELECT process_group, size, ranks, unnest(ranks) AS rank, unnest(range(len(ranks))) AS stage
     FROM process_groups WHERE dimension = 'pipeline' AND size >= 2 AND ranks IS NOT NULL
 ),
-by_position AS (
-    SELECT rank, min(stage) AS stage, max(size) AS stages,
-           dense_rank() OVER (ORDER BY arg_min(process_group, stage)) - 1 AS pipeline,
-           arg_min(ranks, stage) AS pipeline_ranks, arg_min(process_group, stage) AS process_group, 'group' AS source
+by_position AS (   -- each rank's smallest pipeline group (a group of every rank that carried the send / recv counts only
+                   -- where no smaller pipeline group holds the rank)
+    SELECT rank, arg_min(stage, (size, process_group)) AS stage, arg_min(size, (size, process_group)) AS stages,
+           arg_min(ranks, (size, process_group)) AS pipeline_ranks,
+           arg_min(process_group, (size, process_group)) AS process_group
     FROM members GROUP BY rank
+),
+by_position_numbered AS (
+    SELECT rank, stage, stages, dense_rank() OVER (ORDER BY pipeline_ranks[1], process_group) - 1 AS pipeline,
+           pipeline_ranks, process_group, 'group' AS source
+    FROM by_position
 ),
 chosen AS (
     SELECT * FROM by_traffic
     UNION ALL
-    SELECT * FROM by_position WHERE NOT EXISTS (SELECT 1 FROM by_traffic)
+    SELECT * FROM by_position_numbered WHERE NOT EXISTS (SELECT 1 FROM by_traffic)
 )
 SELECT
     rank::INTEGER AS rank,                  -- global rank
