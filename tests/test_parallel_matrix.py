@@ -23,6 +23,7 @@ MATRIX = Path(__file__).resolve().parent.parent / "fixtures" / "parallel_matrix"
 EXPECTED = json.loads((MATRIX / "expected.json").read_text())["cells"]
 DIMENSIONS = {"DP": {"data", "fsdp"}, "TP": {"tensor"}, "PP": {"pipeline"}, "EP": {"expert"}}
 CULPRIT_RULES = ("collective-straggler", "intermittent-straggler")
+CAUSE_OF_RULE = {"dataloader-stall": "input", "expert-imbalance": "compute"}
 # facts about how the matrix was recorded (tiny models over gloo on a shared CPU host: the
 # communication share is high and steps vary), not about the pathology a cell injects
 RECORDING_FACTS = {"comm-dominated", "step-jitter"}
@@ -117,8 +118,9 @@ def _problems(cell: dict, summary: dict) -> list[str]:
     ev = f["evidence"]
     if want["culprit_ranks"] and f["ranks"] != want["culprit_ranks"]:
         problems.append(f"{f['rule']} names ranks {f['ranks']}, want {want['culprit_ranks']}")
-    # dataloader-stall is itself the input cause (its evidence.cause says which DataLoader setting)
-    cause = "input" if want["rule"] == "dataloader-stall" else ev.get("cause")
+    # rules whose finding is itself the cause: dataloader-stall is input (its evidence.cause says which
+    # DataLoader setting), expert-imbalance a hot expert computing more tokens (its evidence.cause: routing)
+    cause = CAUSE_OF_RULE.get(want["rule"], ev.get("cause"))
     if want["cause"] and cause != want["cause"]:
         problems.append(f"cause {cause!r}, want {want['cause']!r}")
     if want["rule"] in CULPRIT_RULES and want["group"]:

@@ -182,6 +182,9 @@ LEFT JOIN by_group AS b ON b.rank = p.rank
 LEFT JOIN waiting_closure AS wc ON wc.rank = p.rank
 LEFT JOIN pipeline_stages AS st ON st.rank = p.rank
 LEFT JOIN (SELECT DISTINCT rank, pipeline, pipeline_ranks FROM pipe_first) AS pf ON pf.rank = p.rank
+    -- (only where its lateness shows first at a data-parallel collective: the step's end, after the pipeline;
+    -- a tensor-parallel collective inside forward comes before any stage waits)
+    AND coalesce(pg.dimension, 'data') IN ('data', 'fsdp', 'world')
 LEFT JOIN region AS r ON r.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;
