@@ -38,8 +38,14 @@ NO_MATCH = float("inf")
 
 def _groups_of_ranks(con) -> dict[int, list[tuple[str, list[int], int]]]:
     out: dict[int, list[tuple[str, list[int], int]]] = defaultdict(list)
+    seen: dict[int, set[tuple[int, ...]]] = defaultdict(set)
     for rank, name, ranks, index in con.execute(
             "SELECT rank, pg_name, ranks, config_index FROM pg_configs ORDER BY rank, config_index").fetchall():
+        # groups of the same members cannot be told apart by who takes part: the first created
+        # holds them all (on every rank alike), so one collective is one instance in one group
+        if tuple(ranks) in seen[rank]:
+            continue
+        seen[rank].add(tuple(ranks))
         out[rank].append((name, list(ranks), index))
     return out
 
