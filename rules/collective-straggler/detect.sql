@@ -8,7 +8,9 @@ idle AS (      -- per rank and step: the most extra idle time inside one annotat
 ),
 ranked AS (    -- by own lateness: a rank late because it waited at another group's collective is a victim
     SELECT l.*, a.median_dur_ns, greatest(coalesce(i.idle_excess_ns, 0), 0) AS idle_excess_ns,
-           row_number() OVER (PARTITION BY l.step ORDER BY l.own_late_ns DESC, l.late_ns DESC, l.rank) AS place
+           row_number() OVER (PARTITION BY l.step ORDER BY l.own_late_ns DESC, l.late_ns DESC, l.rank) AS place,
+           -- the next latest rank of the step: the latest counts only by a clear margin (two ranks late alike is no straggler)
+           lead(l.own_late_ns) OVER (PARTITION BY l.step ORDER BY l.own_late_ns DESC, l.late_ns DESC, l.rank) AS next_own_late_ns
     FROM step_lateness AS l JOIN aligned_steps AS a USING (step)
     LEFT JOIN idle AS i USING (rank, step)
 ),
@@ -25,6 +27,7 @@ flagged AS (   -- the latest rank of a step (of its own making), when it is late
         END AS step_cause
     FROM ranked
     WHERE place = 1 AND own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
+      AND own_late_ns - coalesce(next_own_late_ns, 0) >= $min_late_ms * 1e6
 ),
 waits AS (     -- the other ranks' wait for the late rank, inside the same collective
     SELECT f.rank, f.step, median(a.wait_for_last_ns) AS others_wait_ns,

@@ -46,7 +46,7 @@ JOIN instances AS i USING (step, process_group, op, op_index)
 WHERE i.ranks_seen >= 2
 ORDER BY k.step, k.process_group, k.op, k.op_index, k.rank;
 
--- Per (rank, step): how late the rank is at the step's collectives, where that lateness starts, and what the rank did before arriving there.
+-- Per (rank, step): how late the rank is at the step's collectives (the most, at the collective where it is latest, and what it did before arriving there), and where that lateness starts.
 --
 -- The rank's lateness is the most it is late at any collective of the step; it starts at the
 -- first collective (by arrival) where the rank is late by at least lateness_start_share_pct of
@@ -54,20 +54,24 @@ ORDER BY k.step, k.process_group, k.op, k.op_index, k.rank;
 -- data-parallel all-reduce after it, where everyone then waits, is where the lateness shows
 -- most, not where it starts.
 CREATE OR REPLACE TABLE step_lateness AS
-WITH most AS (
-    SELECT rank, step, max(late_ns) AS max_late_ns FROM collective_arrivals GROUP BY rank, step
+WITH worst AS (       -- the collective where the rank is latest: its lateness, and what it did before arriving there
+    SELECT rank, step,
+           -- (one collective, the same on every run: ties go to the first in (group, op, index) order)
+           first(op ORDER BY late_ns DESC, process_group, op, op_index) AS op,
+           first(op_index ORDER BY late_ns DESC, process_group, op, op_index) AS op_index,
+           first(process_group ORDER BY late_ns DESC, process_group, op, op_index) AS process_group,
+           max(late_ns) AS late_ns
+    FROM collective_arrivals GROUP BY rank, step
 ),
-worst AS (
+start AS (            -- where that lateness starts: the first collective (by arrival) it reaches late by the share
     SELECT a.rank, a.step,
-           -- (one collective, the same on every run: ties go to the first in (arrival, group, op, index) order)
            first(a.op ORDER BY a.arrival_rel_ns, a.process_group, a.op, a.op_index) AS op,
            first(a.op_index ORDER BY a.arrival_rel_ns, a.process_group, a.op, a.op_index) AS op_index,
            first(a.process_group ORDER BY a.arrival_rel_ns, a.process_group, a.op, a.op_index) AS process_group,
-           first(a.late_ns ORDER BY a.arrival_rel_ns, a.process_group, a.op, a.op_index) AS start_late_ns,
-           any_value(m.max_late_ns) AS late_ns
-    FROM collective_arrivals AS a JOIN most AS m USING (rank, step)
-    WHERE a.late_ns = m.max_late_ns
-       OR (m.max_late_ns > 0 AND a.late_ns * 100 >= m.max_late_ns * getvariable('lateness_start_share_pct'))
+           first(a.late_ns ORDER BY a.arrival_rel_ns, a.process_group, a.op, a.op_index) AS late_ns
+    FROM collective_arrivals AS a JOIN worst AS m USING (rank, step)
+    WHERE a.late_ns = m.late_ns
+       OR (m.late_ns > 0 AND a.late_ns * 100 >= m.late_ns * getvariable('lateness_start_share_pct'))
     GROUP BY a.rank, a.step
 ),
 instances AS (        -- the collectives some rank is latest at (many ranks share one)
@@ -130,15 +134,15 @@ excess AS (           -- the rank's phase time before its arrival against the ot
 SELECT
     w.rank,                                 -- global rank
     w.step,                                 -- ProfilerStep N
-    w.op,                                   -- the collective where the rank's lateness starts: the first it reaches late by lateness_start_share_pct of late_ns
-    w.op_index,                             -- its index among the step's ops of that kind
-    w.process_group,                        -- its process group
+    st.op,                                  -- the collective where the rank's lateness starts: the first it reaches late by lateness_start_share_pct of late_ns
+    st.op_index,                            -- its index among the step's ops of that kind
+    st.process_group,                       -- its process group
     w.late_ns,                              -- the most the rank is late at a collective of the step: arrival minus the median rank's arrival there, ns (negative: early)
-    w.start_late_ns,                        -- how late it is at the collective where its lateness starts, ns
+    st.late_ns AS start_late_ns,            -- how late it is at the collective where its lateness starts, ns
     e.input_excess_ns::BIGINT AS input_excess_ns,      -- extra data_wait + h2d before arriving, vs the other ranks' median, ns
     e.compute_excess_ns::BIGINT AS compute_excess_ns,  -- extra forward + backward + optimizer before arriving, ns
     e.host_excess_ns::BIGINT AS host_excess_ns,        -- extra host work outside the model (phase other), ns
     e.comm_excess_ns::BIGINT AS comm_excess_ns,        -- extra time in earlier collectives and send / recv, ns
     (w.late_ns - greatest(coalesce(e.comm_excess_ns, 0), 0))::BIGINT AS own_late_ns  -- late_ns less that extra communication: the lateness of the rank's own making; a rank late only because it waited for a rank of another group (tensor, pipeline) has little, ns
-FROM worst AS w LEFT JOIN excess AS e USING (rank, step)
+FROM worst AS w JOIN start AS st USING (rank, step) LEFT JOIN excess AS e USING (rank, step)
 ORDER BY w.step, w.rank;
