@@ -97,6 +97,9 @@ SELECT
 FROM described
 ORDER BY size DESC, process_group;
 
+-- (load/pipelines.py fills _pipeline_order in the reduce; a database built without it, e.g. from Flight Recorder dumps alone, has no pipelines from the traffic)
+CREATE TABLE IF NOT EXISTS _pipeline_order (rank INTEGER, pipeline INTEGER, stage INTEGER, stages INTEGER, pipeline_ranks INTEGER[]);
+
 -- One row per rank of a pipeline: its stage, from who sends to whom (load/pipelines.py: the first transfer of a step between two linked ranks runs forward), whatever group carried the send / recv; when the traffic tells nothing (no send / recv could be matched), the rank's position in a group whose dimension is pipeline. Empty when the job has no pipeline.
 CREATE OR REPLACE TABLE pipeline_stages AS
 WITH carried AS (   -- the group that carried most of each rank's send / recv
