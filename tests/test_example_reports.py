@@ -20,7 +20,8 @@ def _seen(summary: dict) -> dict:
     return {"schema": summary["schema"],
             "layout": (summary.get("layout") or {}).get("text"),
             "findings": [(f["rule"], f["severity"], f["ranks"], " ".join(f["title"].split()),
-                          round(f["cost"]["ms_per_step"], 1) if f.get("cost") else None)
+                          round(f["cost"]["ms_per_step"], 1) if (f.get("cost") or {}).get("ms_per_step") is not None
+                          else None)
                          for f in summary["findings"]]}
 
 

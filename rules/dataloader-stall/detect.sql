@@ -1,4 +1,4 @@
--- One row when the typical (median) rank spends a large share of its steps waiting for the next batch.
+-- One row when the typical rank (the lower median: with two ranks the one that waits less, so one slow rank is a straggler, not a job-wide stall) spends a large share of its steps waiting for the next batch.
 WITH per_rank AS (
     SELECT rank, sum(data_wait_ns) AS data_ns, sum(dur_ns) AS dur_ns, count(*) AS n_steps,
            100.0 * sum(data_wait_ns) / sum(dur_ns) AS data_pct, list(step ORDER BY step) AS steps
@@ -13,9 +13,9 @@ loader AS (   -- what the trace shows of the DataLoader: worker processes or the
           SELECT name FROM annotations WHERE NOT on_gpu AND name LIKE 'enumerate(DataLoader)#%')
 ),
 job AS (
-    SELECT list(rank ORDER BY rank) AS ranks, list_sort(list_distinct(flatten(list(steps)))) AS steps, median(data_pct) AS median_pct,
+    SELECT list(rank ORDER BY rank) AS ranks, list_sort(list_distinct(flatten(list(steps)))) AS steps, quantile_disc(data_pct, 0.5) AS median_pct,
            max(data_pct) AS worst_pct, first(rank ORDER BY data_pct DESC, rank) AS worst_rank,
-           median(data_ns / n_steps) AS data_ns_per_step, median(dur_ns / n_steps) AS step_ns
+           quantile_disc(data_ns / n_steps, 0.5) AS data_ns_per_step, median(dur_ns / n_steps) AS step_ns
     FROM per_rank
 )
 SELECT
