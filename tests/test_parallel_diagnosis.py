@@ -164,9 +164,10 @@ def test_pipeline_bubble_with_one_microbatch(analysed):
     assert f["ranks"] == list(range(expected["world_size"]))   # every stage waits
     assert (f["evidence"]["stages"], f["evidence"]["microbatches"]) == (stages, micro)
     assert f["evidence"]["ideal_bubble_pct"] == pytest.approx(100 * (stages - 1) / (micro + stages - 1))
-    # the cost is the median rank's mean pipeline_wait per step
+    # the cost is the median rank's mean pipeline_wait per step, at most the schedule's own share of the step
     waits = sorted(r["metrics"]["phases_ms"]["pipeline_wait"] for r in summary["ranks"])
-    assert f["cost"]["ms_per_step"] == pytest.approx((waits[0] + waits[1]) / 2, abs=0.01)
+    schedule_ms = f["evidence"]["ideal_bubble_pct"] / 100 * f["evidence"]["median_step_ms"]
+    assert f["cost"]["ms_per_step"] == pytest.approx(min((waits[0] + waits[1]) / 2, schedule_ms), abs=0.01)
 
 
 def test_slow_pipeline_stage_is_the_root_cause_of_the_bubble(analysed):
@@ -176,8 +177,8 @@ def test_slow_pipeline_stage_is_the_root_cause_of_the_bubble(analysed):
     summary, _ = analysed("pp2_dp2_unbalanced")
     (f,) = [f for f in summary["findings"] if f["rule"] == "pipeline-stage-imbalance"]
     assert f["ranks"] == slow_ranks and f["evidence"]["slow_stage"] == slow
-    # the bubble it causes is folded into it: one finding per root cause
-    assert "pipeline-bubble" in [e["rule"] for e in f["evidence"].get("explains", [])]
+    # the waits it causes are no bubble of their own: one finding per root cause (folded into it, or
+    # not reported at all where the schedule's own bubble is below pipeline-bubble's threshold)
     assert not [g for g in summary["findings"] if g["rule"] == "pipeline-bubble"]
 
 
