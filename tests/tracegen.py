@@ -26,7 +26,7 @@ A spec describes what the training loop does in each step, in ms from the step s
     rank_timelines:          # replaces `timeline` for these ranks
       2: [...]
 
-Kinds: data (DataLoader __next__; options: workers, true for _MultiProcessingDataLoaderIter), forward (DDP forward + an aten op), backward (an autograd
+Kinds: data (DataLoader __next__; options: workers, true for _MultiProcessingDataLoaderIter), forward (DDP forward + an aten op spanning it; option op: false leaves the op out), backward (an autograd
 node; options: nodes [1], that many back-to-back nodes instead), optimizer (Optimizer.step),
 op (a CPU op, options: name), all_reduce / barrier / all_gather / broadcast / reduce_scatter
 (a gloo:* annotation on a pt_gloo_runloop thread plus a 50 us c10d call on the training thread
@@ -99,7 +99,8 @@ def _cpu_event(r: _Rank, kind: str, t: float, d: float, opts: dict, si: int) -> 
         r.x(f"enumerate(DataLoader)#{it}.__next__", "user_annotation", t, d, MAIN_TID)
     elif kind == "forward":
         r.x("DistributedDataParallel.forward", "user_annotation", t, d, MAIN_TID)
-        r.x("aten::linear", "cpu_op", t, d, MAIN_TID)   # the range is its ops: forward is time in ops (80_phases.sql)
+        if opts.get("op", True):   # the range is its ops: forward is time in ops (80_phases.sql); op: false when the case gives its own
+            r.x("aten::linear", "cpu_op", t, d, MAIN_TID)
     elif kind == "backward":
         nodes = int(opts.get("nodes", 1))  # a real backward is many autograd nodes, one after another
         for i in range(nodes):
