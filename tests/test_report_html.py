@@ -318,7 +318,7 @@ def test_a_per_step_series_is_a_small_chart_and_a_table(periodic_summary):
 
 def test_evidence_strings_are_escaped(region_summary):
     s = copy.deepcopy(region_summary)
-    evidence = s["findings"][0]["evidence"]
+    evidence = next(f["evidence"] for f in s["findings"] if f["evidence"].get("region"))
     evidence["region"]["name"] = SCRIPT
     evidence["per_step"] = [{"step": 3, "held_ms": 5.0, "cause": IMG}]
     page = render_html(build_context(s, DB_SHOWN))
