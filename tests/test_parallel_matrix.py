@@ -148,7 +148,9 @@ KNOWN_WRONG = {
                        "straggler, not expert-imbalance",
     "pp2dp2_desc_own_gpipe_batch_slow0": "batch_isend_irecv on gloo: recv ranges end before the send "
                                          "that feeds them starts, so no pipeline is matched by time",
-    "pp2dp2_mesh_lib_interleaved_slow1": "interleaved schedule: one pipeline's direction read backwards",
+    "pp2dp2_mesh_lib_interleaved_slow1": "interleaved schedule of the pipelining library: its isends name no "
+                                         "peer and stay open to the step's end, so recvs are matched to another "
+                                         "rank's send and one pipeline's direction is read backwards",
     "pp2dp2tp2_desc_own_gpipe_batch_slow0": "batch_isend_irecv on gloo over 8 ranks: two of four "
                                             "pipelines matched",
     "pp2dp2tp2_nodesc_default_gpipe_blocking_tpwork_r6": "p2p over the default group without peers: two "
