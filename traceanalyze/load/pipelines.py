@@ -12,11 +12,16 @@ traffic. Each send / recv row is a transfer between two global ranks:
 Two ranks are linked when they transfer in at least half the steps and at least half as often
 as the strongest link of either (every micro-batch crosses each link of a stage alike). Within a step, the first
 transfer between two linked ranks runs forward (stage k hands its activations to stage k + 1
-before any gradient comes back); the majority over steps gives each link its direction. The
+before any gradient comes back); the majority over steps gives each link its direction. Where
+the recvs were matched by time (no peer named), one match may be wrong (an isend stays open
+until it is waited on, many at once), so the direction is instead which of the two ranks sends
+first in the step: a later stage sends nothing before it has received. The
 linked ranks fall into pipelines (connected sets); a pipeline's head is the rank nothing flows
 into (with an interleaved schedule the last stage also hands chunks back to the first: then
 the rank whose first send in the step comes earliest); a rank's stage is its distance from
-the head along forward links. A set that is not a chain (or a ring) is no pipeline.
+the head along forward links. A stage hands on to one next stage, so each rank keeps its
+strongest link out and its strongest link in (a stray match that links two pipelines is the
+weaker one); a set that is still not a chain (or a ring) is no pipeline.
 
 The result is `_pipeline_order` (rank, pipeline, stage, stages, pipeline_ranks), from which
 `db/tables/cross_rank/87_process_groups.sql` builds the documented `pipeline_stages`.
@@ -36,8 +41,9 @@ MATCH_SLACK_NS = 2_000_000
 OPEN_SENDS_LOOKED_AT = 64
 
 
-def _transfers(con: duckdb.DuckDBPyConnection) -> list[tuple[int, int, int, int]]:
-    """(src, dst, step, ts_ns) for every send / recv whose other end is known or matched: a send
+def _transfers(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[int, int, int, int]], bool]:
+    """(src, dst, step, ts_ns) for every send / recv whose other end is known or matched, and
+    whether the sends named their peers (else the recvs were matched by time): a send
     naming its peer, else each recv with the send that fed it. A recv ends when its data has
     arrived; the send that fed it was posted by then and was still open: a blocking send ends
     with it (the nearest end within MATCH_SLACK_NS wins), an isend's range stays open until it is
@@ -49,7 +55,7 @@ def _transfers(con: duckdb.DuckDBPyConnection) -> list[tuple[int, int, int, int]
     named = [(rank, peer, step, ts) for rank, op, peer, _size, step, ts, _end in rows
              if op == "send" and peer is not None and peer != rank]
     if named:
-        return sorted(set(named))
+        return sorted(set(named)), True
     sends = sorted((ts, end, rank, size) for rank, op, _peer, size, _step, ts, end in rows if op == "send")
     starts = [x[0] for x in sends]
     by_end = sorted((end, rank, size, ts) for ts, end, rank, size in sends)
@@ -76,11 +82,15 @@ def _transfers(con: duckdb.DuckDBPyConnection) -> list[tuple[int, int, int, int]
             if s_end >= end and fits(s_rank, s_size):
                 out.append((s_rank, rank, step, s_ts))
                 break
-    return sorted(set(out))
+    return sorted(set(out)), False
 
 
-def _links(transfers, steps_total: int) -> dict[tuple[int, int], int]:
-    """(src, dst) forward links with the number of steps they were first in their pair."""
+def _links(transfers, steps_total: int,
+           first_sends: dict[tuple[int, int], int] | None = None) -> dict[tuple[int, int], int]:
+    """(src, dst) forward links with the number of transfers they carry. With
+    `first_sends` ({(rank, step): its first send's start}, given when the transfers were matched
+    by time and may be wrong one by one) the direction is which of the two sends first in a step
+    (a later stage sends nothing before it has received), by majority over the steps."""
     first: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     steps_of_pair: dict[tuple[int, int], set[int]] = defaultdict(set)
     for src, dst, step, ts in transfers:
@@ -90,23 +100,47 @@ def _links(transfers, steps_total: int) -> dict[tuple[int, int], int]:
         if key not in first or (ts, src) < (first[key][0], first[key][1]):
             first[key] = (ts, src, dst)
     votes: dict[tuple[int, int], int] = defaultdict(int)
-    for (_a, _b, _step), (_ts, src, dst) in first.items():
-        votes[(src, dst)] += 1
+    if first_sends is None:
+        for (_a, _b, _step), (_ts, src, dst) in first.items():
+            votes[(src, dst)] += 1
+    else:
+        for (a, b), steps in steps_of_pair.items():
+            for step in steps:
+                ta, tb = first_sends.get((a, step)), first_sends.get((b, step))
+                if ta is not None and tb is not None and ta != tb:
+                    votes[(a, b) if ta < tb else (b, a)] += 1
     transfers_of_pair: dict[tuple[int, int], int] = defaultdict(int)
     for src, dst, _step, _ts in transfers:
         transfers_of_pair[(min(src, dst), max(src, dst))] += 1
     strongest: dict[int, int] = defaultdict(int)
     for (a, b), n in transfers_of_pair.items():
         strongest[a], strongest[b] = max(strongest[a], n), max(strongest[b], n)
-    links: dict[tuple[int, int], int] = {}
+    candidates = []
     for pair, steps in steps_of_pair.items():
         # a stage's links carry alike (every micro-batch crosses each); a stray match is weaker
         if 2 * len(steps) < steps_total or 2 * transfers_of_pair[pair] < max(strongest[pair[0]], strongest[pair[1]]):
             continue
         a, b = pair
         forward = (a, b) if votes.get((a, b), 0) >= votes.get((b, a), 0) else (b, a)
-        links[forward] = votes.get(forward, 0)
+        candidates.append((-transfers_of_pair[pair], forward))
+    # a stage hands on to one next stage: each rank keeps its strongest link out and in (a stray
+    # match between two pipelines that survived the thresholds is the weaker one)
+    links: dict[tuple[int, int], int] = {}
+    has_out: set[int] = set()
+    has_in: set[int] = set()
+    for weight, (src, dst) in sorted(candidates):
+        if src not in has_out and dst not in has_in:
+            links[(src, dst)] = -weight
+            has_out.add(src)
+            has_in.add(dst)
     return links
+
+
+def _first_sends(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], int]:
+    """{(rank, step): the start of the rank's first send in the step}, ns."""
+    return {(rank, step): ts for rank, step, ts in con.execute("""
+        SELECT rank, step, min(ts_ns) FROM collectives
+        WHERE kind = 'p2p' AND op = 'send' AND step IS NOT NULL GROUP BY rank, step""").fetchall()}
 
 
 def _first_send_offsets(con: duckdb.DuckDBPyConnection) -> dict[int, float]:
@@ -151,7 +185,8 @@ def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
         "SELECT count(DISTINCT step) FROM collectives WHERE kind = 'p2p' AND step IS NOT NULL").fetchone()[0]
     if not steps_total:
         return
-    links = _links(_transfers(con), steps_total)
+    transfers, named = _transfers(con)
+    links = _links(transfers, steps_total, None if named else _first_sends(con))
     if not links:
         return
     neighbours: dict[int, set[int]] = defaultdict(set)
