@@ -163,10 +163,7 @@ def _problems(cell: dict, summary: dict) -> list[str]:
 
 # Cells the analysis does not get right yet, each with what goes wrong (strict: a cell that starts
 # passing fails here until it is taken off this list). They are the open work on parallelism.
-KNOWN_WRONG = {
-    "dp2tp2_mesh_none": "a balanced run: rank 1 reaches the DP all-reduce 81 ms late on 4 of 6 steps "
-                        "(cause unknown) in this recording; not yet told apart from host noise",
-}
+KNOWN_WRONG: dict[str, str] = {}   # every cell is right now
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[n]))

@@ -14,6 +14,10 @@ a rank of several groups (a device mesh: `mesh_tp`, `mesh_dp`, ...) leaves its g
   the median over the unit's rows of the largest gap, over the members, between the row's end
   and the nearest end of a same-(op, bytes) row on that member. The group with the smallest
   score wins (ties: the smaller group, then the earlier created).
+* the members of a group run as many collectives: where the units decided by time leave a
+  group with more rows on one member than another (two groups' collectives that end together
+  because both wait for one slow rank), a unit moves to another group that fits it while that
+  makes the counts agree (`_balance_counts`).
 * a send / recv names its peer as a rank of its group: its group is the one whose rank at
   that position has opposite transfers of the same size that name this rank (as a rank of
   the same group), ending nearest (the median over the rank's transfers to that peer).
@@ -87,6 +91,49 @@ def _pick(scored: list[tuple[float, int, int, str]]) -> str | None:
     return finite[0][3] if finite else None
 
 
+def _balance_counts(con, decided: dict[tuple[int, str], str], fitting: dict[tuple[int, str], list[str]],
+                    sizes: dict[tuple[int, str], int], groups) -> None:
+    """The members of a group run the same collectives, so as many of them: where the units
+    decided by time leave a group with more rows on one member than on another (two groups'
+    collectives that end together: both wait for the same slow rank), move a unit to another
+    group that fits it while that makes the groups' counts agree better. Changes `decided`."""
+    members = {name: ranks for rank_groups in groups.values() for name, ranks, _ in rank_groups if len(ranks) > 1}
+    count: dict[tuple[int, str], int] = defaultdict(int)
+    for rank, name, n in con.execute("""
+            SELECT rank, process_group, count(*) FROM collectives
+            WHERE kind = 'collective' AND group_source <> 'pending' GROUP BY rank, process_group""").fetchall():
+        count[(rank, name)] += n
+    for (rank, _tid), name in decided.items():
+        count[(rank, name)] += sizes[(rank, _tid)]
+
+    def spread(name: str) -> int:
+        got = [count[(r, name)] for r in members.get(name, [])]
+        return max(got) - min(got) if got else 0
+
+    for _ in range(2 * len(decided)):
+        best = None
+        uneven = {name for name in set(decided.values()) if spread(name)}
+        for unit in sorted(u for u, name in decided.items() if name in uneven):   # (moving a unit out of
+            rank, now = unit[0], decided[unit]                                    # an even group cannot help)
+            for other in fitting.get(unit, []):
+                if other == now:
+                    continue
+                before = spread(now) + spread(other)
+                count[(rank, now)] -= sizes[unit]
+                count[(rank, other)] += sizes[unit]
+                gain = before - spread(now) - spread(other)
+                count[(rank, now)] += sizes[unit]
+                count[(rank, other)] -= sizes[unit]
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, unit, other)
+        if best is None:
+            return
+        _gain, unit, other = best
+        count[(unit[0], decided[unit])] -= sizes[unit]
+        count[(unit[0], other)] += sizes[unit]
+        decided[unit] = other
+
+
 def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
     """Decide the pending groups, rewrite `collectives`, record what was done in load_issues."""
     (pending,) = con.execute("SELECT count(*) FROM collectives WHERE group_source = 'pending'").fetchone()
@@ -106,6 +153,7 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
             units[(rank, tid)].append((op, size, end))
     decided_units: dict[tuple[int, str], str] = {}
     taken: dict[tuple[int, str], set] = {}  # (rank, group) -> the (op, bytes) its decided units ran
+    fitting: dict[tuple[int, str], list[str]] = {}  # (rank, run_tid) -> the groups whose members fit, best first
     for (rank, tid), rows in sorted(units.items()):
         signature = {(op, size) for op, size, _ in rows}
         scored = []
@@ -119,6 +167,8 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
         if finite:
             decided_units[(rank, tid)] = finite[0][-1]
             taken.setdefault((rank, finite[0][-1]), set()).update(signature)
+            fitting[(rank, tid)] = [s[-1] for s in finite]
+    _balance_counts(con, decided_units, fitting, {u: len(rows) for u, rows in units.items()}, groups)
     # send / recv: decided per (rank, thread, op, peer, size): the group where the peer's
     # opposite transfers of that size end nearest, over all of them (one transfer alone is noisy)
     p2p_units: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
