@@ -26,7 +26,7 @@ from typing import Protocol
 
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import worker_threads
-from traceanalyze.load.map_outcome import MapOutcome, map_guarded, trace_name
+from traceanalyze.load.map_outcome import MapOutcome, trace_name
 from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
 from traceanalyze.load.packing import map_pack, packs
 from traceanalyze.load.shards import ShardStore
@@ -48,8 +48,8 @@ def run_local(files: list[TraceFile], shards_root: str, say: Progress, *, worker
               address: str | None = None) -> list[MapOutcome]:
     """The maps in a local process pool, `workers` at once (default: all cores)."""
     workers = max(1, min(len(files), workers or os.cpu_count() or 1))
-    if workers == 1:  # one rank (or one core): no pool to start
-        return [_announce(map_guarded(tf, shards_root, None), say) for tf in files]
+    if workers == 1:  # one rank (or one core): no pool to start; small ranks still share a database
+        return [_announce(outcome, say) for pack in packs(files, 1) for outcome in map_pack(pack, shards_root, None)]
     return _pooled(files, shards_root, workers, say)
 
 
