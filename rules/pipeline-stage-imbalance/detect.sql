@@ -46,7 +46,6 @@ others AS (       -- per stage, the median of each part over the other stages: t
 ),
 ends AS (
     SELECT arg_max(stage, [work_ns, -stage::DOUBLE]) AS slow_by_work,
-           max(work_ns) AS slow_work_ns,
            arg_min(stage, [work_ns, stage::DOUBLE]) AS fast_stage, min(work_ns) AS fast_ns,
            (SELECT median(step_ns) FROM per_rank) AS step_ns,
            list({'stage': stage, 'ranks': ranks, 'work_ms': round(work_ns / 1e6, 3), 'compute_ms': round(compute_ns / 1e6, 3),
@@ -56,8 +55,7 @@ ends AS (
 ),
 own_time AS (     -- the stage whose input or host time (exact, not inflated by shared cores) exceeds the other
                   -- stages' most, when that excess is a clear share of the step: that stage holds the others back
-    SELECT arg_max(o.stage, [greatest(o.input_excess_ns, o.host_excess_ns), -o.stage::DOUBLE]) AS stage,
-           max(greatest(o.input_excess_ns, o.host_excess_ns)) AS excess_ns
+    SELECT arg_max(o.stage, [greatest(o.input_excess_ns, o.host_excess_ns), -o.stage::DOUBLE]) AS stage
     FROM others AS o, ends AS e
     WHERE greatest(o.input_excess_ns, o.host_excess_ns) > o.compute_excess_ns
       AND 100.0 * greatest(o.input_excess_ns, o.host_excess_ns) >= $min_imbalance_pct * e.step_ns

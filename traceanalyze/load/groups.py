@@ -103,8 +103,8 @@ def _balance_counts(con, decided: dict[tuple[int, str], str], fitting: dict[tupl
             SELECT rank, process_group, count(*) FROM collectives
             WHERE kind = 'collective' AND group_source <> 'pending' GROUP BY rank, process_group""").fetchall():
         count[(rank, name)] += n
-    for (rank, _tid), name in decided.items():
-        count[(rank, name)] += sizes[(rank, _tid)]
+    for unit, name in decided.items():
+        count[(unit[0], name)] += sizes[unit]
 
     def spread(name: str) -> int:
         got = [count[(r, name)] for r in members.get(name, [])]
@@ -112,9 +112,10 @@ def _balance_counts(con, decided: dict[tuple[int, str], str], fitting: dict[tupl
 
     for _ in range(2 * len(decided)):
         best = None
+        # (moving a unit out of a group whose counts agree cannot make the counts agree better)
         uneven = {name for name in set(decided.values()) if spread(name)}
-        for unit in sorted(u for u, name in decided.items() if name in uneven):   # (moving a unit out of
-            rank, now = unit[0], decided[unit]                                    # an even group cannot help)
+        for unit in sorted(u for u, name in decided.items() if name in uneven):
+            rank, now = unit[0], decided[unit]
             for other in fitting.get(unit, []):
                 if other == now:
                     continue

@@ -91,17 +91,17 @@ def _links(transfers, steps_total: int,
     `first_sends` ({(rank, step): its first send's start}, given when the transfers were matched
     by time and may be wrong one by one) the direction is which of the two sends first in a step
     (a later stage sends nothing before it has received), by majority over the steps."""
-    first: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     steps_of_pair: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for src, dst, step, ts in transfers:
-        pair = (min(src, dst), max(src, dst))
-        steps_of_pair[pair].add(step)
-        key = (pair[0], pair[1], step)
-        if key not in first or (ts, src) < (first[key][0], first[key][1]):
-            first[key] = (ts, src, dst)
+    for src, dst, step, _ts in transfers:
+        steps_of_pair[(min(src, dst), max(src, dst))].add(step)
     votes: dict[tuple[int, int], int] = defaultdict(int)
-    if first_sends is None:
-        for (_a, _b, _step), (_ts, src, dst) in first.items():
+    if first_sends is None:   # the first transfer of each pair in each step runs forward
+        first: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+        for src, dst, step, ts in transfers:
+            key = (min(src, dst), max(src, dst), step)
+            if key not in first or (ts, src) < first[key][:2]:
+                first[key] = (ts, src, dst)
+        for _ts, src, dst in first.values():
             votes[(src, dst)] += 1
     else:
         for (a, b), steps in steps_of_pair.items():
@@ -136,20 +136,21 @@ def _links(transfers, steps_total: int,
     return links
 
 
-def _first_sends(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], int]:
-    """{(rank, step): the start of the rank's first send in the step}, ns."""
-    return {(rank, step): ts for rank, step, ts in con.execute("""
-        SELECT rank, step, min(ts_ns) FROM collectives
-        WHERE kind = 'p2p' AND op = 'send' AND step IS NOT NULL GROUP BY rank, step""").fetchall()}
+def _first_sends(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """{(rank, step): (the start of the rank's first send in the step, that start after the
+    step's own start)}, ns (the offset None where the rank's step has no row in `steps`)."""
+    return {(rank, step): (ts, offset) for rank, step, ts, offset in con.execute("""
+        SELECT c.rank, c.step, min(c.ts_ns), min(c.ts_ns) - any_value(s.ts_ns)
+        FROM collectives AS c LEFT JOIN steps AS s USING (rank, step)
+        WHERE c.kind = 'p2p' AND c.op = 'send' AND c.step IS NOT NULL GROUP BY c.rank, c.step""").fetchall()}
 
 
-def _first_send_offsets(con: duckdb.DuckDBPyConnection) -> dict[int, float]:
+def _first_send_offsets(first_sends: dict[tuple[int, int], tuple[int, int | None]]) -> dict[int, float]:
     """Each rank's median (over steps) of its first send's start after the step's start, ns."""
     out: dict[int, list[int]] = defaultdict(list)
-    for rank, offset in con.execute("""
-            SELECT c.rank, min(c.ts_ns) - any_value(s.ts_ns) FROM collectives AS c JOIN steps AS s USING (rank, step)
-            WHERE c.kind = 'p2p' AND c.op = 'send' GROUP BY c.rank, c.step""").fetchall():
-        out[rank].append(offset)
+    for (rank, _step), (_ts, offset) in first_sends.items():
+        if offset is not None:
+            out[rank].append(offset)
     return {rank: statistics.median(v) for rank, v in out.items()}
 
 
@@ -186,14 +187,15 @@ def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
     if not steps_total:
         return
     transfers, named = _transfers(con)
-    links = _links(transfers, steps_total, None if named else _first_sends(con))
+    first_sends = _first_sends(con)
+    links = _links(transfers, steps_total, None if named else {key: ts for key, (ts, _) in first_sends.items()})
     if not links:
         return
     neighbours: dict[int, set[int]] = defaultdict(set)
     for src, dst in links:
         neighbours[src].add(dst)
         neighbours[dst].add(src)
-    first_send = _first_send_offsets(con)
+    first_send = _first_send_offsets(first_sends)
     seen: set[int] = set()
     chains: list[list[int]] = []
     for start in sorted(neighbours):
