@@ -9,6 +9,9 @@ fresh subprocess, and prints a Markdown table (also written to bench/RESULTS.md)
     python bench/bench_load.py --sizes 100MB --repeat 1
     python bench/bench_load.py --tools traceanalyze  # skip HTA
     python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python
+    python bench/bench_load.py --cpu-trace --previous-checkout DIR --max-regression 10
+        # the torch 2.13 CPU layout (gloo, many small ops) at 200 MB against an earlier
+        # checkout: exits 1 when this one needs over 10 % more CPU, per-rank tables listed
 
 Replication: replica r shifts every `ts` by r x (trace span + 1 ms) so steps do not
 overlap, renames ProfilerStep#N so step numbers stay unique, and offsets External id,
@@ -50,11 +53,15 @@ DEFAULT_SOURCE = Path("/work/shared/traces/hta-ns-resolution-trace/"
                       "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 DEFAULT_SCRATCH = Path("/tmp/traceanalyze-bench")
 # what the real traces the benchmark is run on are (the table says it)
+# the CPU-trace layout (--cpu-trace): rank 0 of a recorded 4-rank gloo DDP run, torch 2.13
+CPU_SOURCE_GLOB = ("fixtures/ddp/balanced", "rank0.*.pt.trace.json.gz")
 SOURCE_KINDS = {
     DEFAULT_SOURCE.name: "a real V100 Kineto trace, 2024, epoch-µs timestamps with ns digits",
     "nccl_data.json.gz": "a real A100 NCCL trace of torch 2.x: relative timestamps + baseTimeNanoseconds",
+    "cpu": "rank 0 of the recorded gloo DDP run fixtures/ddp/balanced: torch 2.13's CPU layout "
+           "(relative timestamps + baseTimeNanoseconds, shapes and memory recorded, many small ops)",
 }
-SIZES = {"100MB": 100_000_000, "500MB": 500_000_000, "2GB": 2_000_000_000}
+SIZES = {"100MB": 100_000_000, "200MB": 200_000_000, "500MB": 500_000_000, "2GB": 2_000_000_000}
 GZ_OF = "500MB"  # the size that also gets a gzipped copy
 TRACE_NAME = "rank-0.bench.pt.trace.json"
 
@@ -381,7 +388,47 @@ def _stages(r: dict) -> str:
     split by wall time into parse_wall and write_wall; tables_cpu; write_tables_cpu) and the
     reduce's CPU seconds (reduce_to_db: trace.duckdb, cross-rank tables, alignment)."""
     return ", ".join(f"{k} {float(v):.2f}" for k, v in r.get("stages", {}).items()
-                     if r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu")
+                     if not k.startswith(TABLE_KEY) and (r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu"))
+
+
+TABLE_KEY = "table_cpu."  # the manifest's per-table stage entries (one per per-rank SQL file)
+
+
+def table_costs(results: list[dict]) -> str:
+    """CPU s of each per-rank SQL file in the cold runs (this checkout and the previous one,
+    whose manifests may not have them), most expensive first, with its share of all of them."""
+    runs = [r for r in results if r.get("ok") and r["tool"] in ("traceanalyze", "previous")]
+    if not any(k.startswith(TABLE_KEY) for r in runs for k in r.get("stages", {})):
+        return ""
+    head = "| per-rank table (SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
+    rows = [head, "|---|" + "---:|" * len(runs)]
+    names = sorted({k for r in runs for k in r["stages"] if k.startswith(TABLE_KEY)},
+                   key=lambda k: -max(float(r["stages"].get(k, 0)) for r in runs))
+
+    def cell(r: dict, key: str) -> str:
+        total = sum(float(v) for k, v in r["stages"].items() if k.startswith(TABLE_KEY))
+        if key not in r["stages"]:
+            return "—"
+        value = float(r["stages"][key])
+        return f"{value:.2f} ({100 * value / total:.0f} %)" if total else f"{value:.2f}"
+
+    for key in names:
+        rows.append(f"| {key.removeprefix(TABLE_KEY)} | " + " | ".join(cell(r, key) for r in runs) + " |")
+    return "\n".join(rows)
+
+
+def regressions(results: list[dict], max_pct: float) -> list[str]:
+    """Sizes where this checkout's cold load needs over `max_pct` % more CPU than the previous
+    checkout's in the same run."""
+    found = []
+    for r in results:
+        prev = next((p for p in results if p["size"] == r["size"] and p["tool"] == "previous" and p.get("ok")), None)
+        if r["tool"] == "traceanalyze" and r.get("ok") and prev:
+            ratio = r["cpu_seconds"] / prev["cpu_seconds"]
+            if ratio > 1 + max_pct / 100:
+                found.append(f"{r['size']}: {r['cpu_seconds']:.1f} CPU s against the previous checkout's "
+                             f"{prev['cpu_seconds']:.1f} ({ratio:.2f}x, the bound {1 + max_pct / 100:.2f}x)")
+    return found
 
 
 def write_results(path: Path, results: list[dict], args, versions: dict) -> None:
@@ -393,7 +440,7 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
 
 - machine: {machine()}
 - versions: {vers}
-- traces: {args.source.name} ({SOURCE_KINDS.get(args.source.name, 'a real Kineto trace')}, {args.source_json_mb:.1f} MB of JSON)
+- traces: {args.source.name} ({SOURCE_KINDS['cpu'] if args.cpu_trace else SOURCE_KINDS.get(args.source.name, 'a real Kineto trace')}, {args.source_json_mb:.1f} MB of JSON)
   replicated in Kineto's text layout (ts shifted per replica, ProfilerStep#N renamed,
   ids offset); `.gz` is `gzip -6` of the 500 MB one (MB/s counts uncompressed bytes).
 - each number is the median of the runs (up to {args.repeat}), each in a fresh process (page
@@ -417,6 +464,8 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   and CPU s is the better guide).
 
 {table(results)}
+
+{table_costs(results)}
 """
     marker = "<!-- notes: kept when the benchmark rewrites this file -->"
     if path.exists() and marker in path.read_text():
@@ -442,25 +491,43 @@ def _loadavg() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100MB,500MB,500MB.gz,2GB",
-                    help="comma-separated: 100MB, 500MB, 2GB, and NAME.gz for a gzipped copy")
+    ap.add_argument("--sizes", default=None,
+                    help="comma-separated: 100MB, 200MB, 500MB, 2GB, and NAME.gz for a gzipped copy "
+                         "(default 100MB,500MB,500MB.gz,2GB; with --cpu-trace 200MB)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
     ap.add_argument("--tools", default="traceanalyze,hta",
                     help="traceanalyze, hta (none: only rewrite the table from stored measurements)")
-    ap.add_argument("--scratch", type=Path, default=DEFAULT_SCRATCH)
-    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--scratch", type=Path, default=None, help=f"where the traces are built (default {DEFAULT_SCRATCH})")
+    ap.add_argument("--source", type=Path, default=None, help=f"the trace replicated (default {DEFAULT_SOURCE})")
+    ap.add_argument("--cpu-trace", action="store_true",
+                    help="the torch 2.13 CPU layout (a recorded gloo rank of fixtures/ddp/balanced), 200 MB by "
+                         "default, in its own scratch folder and bench/RESULTS-cpu.md")
+    ap.add_argument("--max-regression", type=float, default=None, metavar="PCT",
+                    help="exit 1 when a cold load needs over PCT %% more CPU than --previous-checkout's")
     ap.add_argument("--previous-checkout", type=Path, default=None,
                     help="a checkout of an earlier version (e.g. `git worktree add DIR fccfe4b~1`, the "
                          "pure-Python loader before the native reader): adds the tool 'previous'")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),
                     help="python with HolisticTraceAnalysis==0.5.0 installed")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds before a run is killed")
-    ap.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md",
+    ap.add_argument("--results", type=Path, default=None,
                     help="Markdown file to write ('-' for none)")
     ap.add_argument("--build-only", action="store_true", help="only build the traces")
     ap.add_argument("--fresh", action="store_true", help="forget measurements stored by earlier runs")
     args = ap.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
+    if args.cpu_trace:
+        folder, pattern = CPU_SOURCE_GLOB
+        args.source = args.source or next(iter(sorted((REPO / folder).glob(pattern))))
+        args.scratch = args.scratch or DEFAULT_SCRATCH / "cpu"
+        args.results = args.results or REPO / "bench" / "RESULTS-cpu.md"
+        args.sizes = args.sizes or "200MB"
+    args.source = args.source or DEFAULT_SOURCE
+    args.scratch = args.scratch or DEFAULT_SCRATCH
+    args.results = args.results or REPO / "bench" / "RESULTS.md"
+    args.sizes = args.sizes or "100MB,500MB,500MB.gz,2GB"
+    if args.max_regression is not None and not args.previous_checkout:
+        ap.error("--max-regression compares with --previous-checkout: give one")
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
         if s.removesuffix(".gz") not in SIZES:
@@ -493,9 +560,17 @@ def main(argv: list[str] | None = None) -> int:
     results = [saved[f"{label}|{tool}"] for label in sizes for tool in order if f"{label}|{tool}" in saved]
     md = table(results)
     print(md)
+    costs = table_costs(results)
+    if costs:
+        print("\n" + costs)
     if str(args.results) != "-":
         write_results(args.results, results, args, _versions(args))
         log(f"wrote {args.results}")
+    if args.max_regression is not None:
+        found = regressions(results, args.max_regression)
+        for line in found:
+            log(f"REGRESSION {line}")
+        return 1 if found else 0
     return 0
 
 

@@ -130,7 +130,7 @@ def _set(data, path, value):
     return data
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(st.tuples(st.sampled_from(ALL_PATHS), HOSTILE), min_size=1, max_size=3),
        args=st.sampled_from(COMMANDS), which=st.sampled_from(["new", "old"]))
 def test_mutated_summaries_give_a_result_or_a_one_line_error(tmp_path_factory, mutations, args, which):

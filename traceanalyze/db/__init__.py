@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -60,10 +61,17 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None) -> None:
-    """Build the derived tables of `files` (default: every one) from raw_events (idempotent)."""
+def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None,
+                 cpu_s: dict[str, float] | None = None) -> None:
+    """Build the derived tables of `files` (default: every one) from raw_events (idempotent).
+    `cpu_s`, when given, receives each file's CPU seconds (this process's, DuckDB's threads
+    included) under the file's name without folder and suffix ('30_cpu_ops')."""
     for name in table_sql_files() if files is None else files:
+        t0 = time.process_time()
         con.execute(_sql_text(name))
+        if cpu_s is not None:
+            stem = name.rsplit("/", 1)[-1].removesuffix(".sql")
+            cpu_s[stem] = cpu_s.get(stem, 0.0) + time.process_time() - t0
 
 
 # the files of macros (the rest of tables/00_*.sql sets variables); SPECS_MACROS read the gpu_specs table

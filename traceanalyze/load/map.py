@@ -63,9 +63,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
         try:
             read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0)
-            t0 = time.process_time()
-            build_rank_tables(con, [tf])
-            read.stage_s["tables_cpu"] = time.process_time() - t0
+            read.stage_s.update(table_stage_s(build_rank_tables(con, [tf])))
             t0 = time.process_time()
             rows, files = write_tables(con, store, tf.rank, target)
             read.stage_s["write_tables_cpu"] = time.process_time() - t0
@@ -140,17 +138,32 @@ def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threa
     return read
 
 
-def build_rank_tables(con, files: list[TraceFile]) -> None:
+def build_rank_tables(con, files: list[TraceFile]) -> dict[str, float]:
     """The per-rank tables of `files`' ranks (their events are in raw_events), in one
-    transaction; the memory limit is relaxed if a table needs it (a note per rank)."""
+    transaction; the memory limit is relaxed if a table needs it (a note per rank). Returns
+    each SQL file's CPU seconds (of the last attempt)."""
     memory_notes: list[tuple[str, str]] = []
-    relaxing_memory(con, lambda: _in_one_transaction(
-        con, lambda: tracedb.build_tables(con, tracedb.per_rank_sql_files())), memory_notes)
+    cpu_s: dict[str, float] = {}
+
+    def build() -> None:
+        cpu_s.clear()
+        tracedb.build_tables(con, tracedb.per_rank_sql_files(), cpu_s)
+
+    relaxing_memory(con, lambda: _in_one_transaction(con, build), memory_notes)
     if memory_notes:
         con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, 'info', ?, NULL)",
                         [(tf.rank, tf.url or str(tf.path), kind, message)
                          for tf in files for kind, message in memory_notes])
     _record_event_issues(con)
+    return cpu_s
+
+
+def table_stage_s(cpu_s: dict[str, float], ranks: int = 1) -> dict[str, float]:
+    """The manifest's stage entries of the per-rank tables: `tables_cpu` (all of them) and
+    `table_cpu.<file>` for each SQL file, a pack's shared evenly among its `ranks`."""
+    out = {f"table_cpu.{name}": seconds / ranks for name, seconds in cpu_s.items()}
+    out["tables_cpu"] = sum(cpu_s.values()) / ranks
+    return out
 
 
 def _insert_rank(con, tf: TraceFile, read: RankRead) -> None:
