@@ -282,3 +282,19 @@ def test_two_ingests_of_one_rank_at_once_write_one_valid_shard(tmp_path):
     assert verify_shard(str(folder), manifest, rank) is None
     assert manifest["rows"]["raw_events"] == n_events
     assert sorted(p.name for p in folder.iterdir()) == sorted([LOCK, MANIFEST, *(f"{t}.parquet" for t in SHARD_TABLES)])
+
+
+def test_the_manifest_times_each_per_rank_table(shard_sets):
+    """The map's stage times name every SQL file it ran (the shared helpers and each per-rank
+    table, listed here from the package's folders) with its CPU seconds, and the per-rank
+    tables' total is their sum: what bench/bench_load.py prints per table."""
+    tables = Path(__file__).resolve().parent.parent / "traceanalyze" / "db" / "tables"
+    files = {p.stem for p in tables.glob("00_*.sql")} | {p.stem for p in (tables / "per_rank").glob("*.sql")}
+    assert "30_cpu_ops" in files and len(files) > 10
+    for rank in range(4):
+        stages = json.loads((shard_sets["kept"] / f"rank={rank}" / MANIFEST).read_text())["stage_s"]
+        timed = {k.removeprefix("table_cpu."): v for k, v in stages.items() if k.startswith("table_cpu.")}
+        assert set(timed) == files, rank
+        assert all(v >= 0 for v in timed.values())
+        # (each entry is rounded to 0.1 ms in the manifest)
+        assert abs(stages["tables_cpu"] - sum(timed.values())) <= 1e-4 * (len(timed) + 1), rank
