@@ -111,17 +111,27 @@ def chosen_threads() -> int | None:
 
 def open_quiet(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that draws no progress bar (DuckDB draws one on a terminal for a
-    query over 2 s, between our own progress lines), with $TRACEANALYZE_DUCKDB_THREADS threads."""
+    query over 2 s, between our own progress lines), with $TRACEANALYZE_DUCKDB_THREADS threads
+    and ASOF joins always run as ASOF joins (ASOF_AS_ASOF)."""
     config = dict(config or {})
     threads = chosen_threads()
     if threads:
         config.setdefault("threads", threads)
     con = duckdb.connect(str(path), read_only=read_only, config=config)
-    try:
-        con.execute("SET enable_progress_bar = false")
-    except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
-        pass
+    for setting in ("SET enable_progress_bar = false", ASOF_AS_ASOF):
+        try:
+            con.execute(setting)
+        except duckdb.Error:  # (Jupyter without ipywidgets refuses the first: none is drawn; DuckDB < 1.3 lacks the second)
+            pass
     return con
+
+
+# DuckDB (1.3 and later) runs an ASOF join as a nested loop join when it estimates its probe side
+# under asof_loop_join_threshold rows (64). Tables created in the open transaction (the map builds
+# the per-rank tables in one) can have no estimate: DuckDB 1.5.6 then looped over step_regions'
+# busy intervals, 40 CPU s instead of 0.9 on a 200 MB CPU trace (docs/benchmarks.md). 0 keeps the
+# ASOF operator, whose cost is the sort, whatever the estimate.
+ASOF_AS_ASOF = "SET asof_loop_join_threshold = 0"
 
 
 def connect(path: Path | str, read_only: bool = False, config: dict | None = None) -> duckdb.DuckDBPyConnection:
