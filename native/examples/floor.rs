@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use _native::scan::{Item, Scanner};
-use _native::trace::{Limits, TraceParser};
+use _native::trace::{EventSource, Limits, TraceParser};
 
 fn timed<T>(label: &str, bytes: f64, f: impl FnOnce() -> T) -> T {
     let t = Instant::now();

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use _native::trace::{Limits, TraceParser};
+use _native::trace::{EventSource, Limits, TraceParser};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -23,10 +23,5 @@ pub fn read_all(
     path: &std::path::Path,
     limits: Limits,
 ) -> Result<(Vec<arrow_array::RecordBatch>, Outcome), TraceError> {
-    let mut parser = TraceParser::open(path, limits)?;
-    let mut batches = Vec::new();
-    while let Some(b) = parser.next_batch()? {
-        batches.push(b);
-    }
-    Ok((batches, parser.outcome))
+    trace::read_all_of(Box::new(TraceParser::open(path, limits)?))
 }

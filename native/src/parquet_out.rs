@@ -18,7 +18,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
 use crate::reader;
-use crate::trace::{Limits, Outcome, TraceError, TraceParser};
+use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
 
 /// Rows per row group at most (DuckDB's own COPY default): DuckDB reads row groups in parallel.
 pub const ROW_GROUP_ROWS: usize = 122_880;

@@ -17,8 +17,8 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
 use crate::parquet_out::{write_raw_events, Codec};
-use crate::pftrace::{open_events, EventSource};
-use crate::trace::{BatchIter, Limits, Outcome, TraceError, TraceParser};
+use crate::pftrace::open_events;
+use crate::trace::{BatchIter, EventSource, Limits, Outcome, TraceError};
 
 struct Shared {
     parser: Option<Box<dyn EventSource>>,

@@ -70,6 +70,56 @@ pub struct Outcome {
     pub gzip: bool,
 }
 
+/// A file's events as batches of raw_events rows, whatever its format (Kineto JSON here,
+/// Perfetto protobuf in pftrace/): what the Parquet writer and the Python boundary stream.
+/// `step` reads and decodes one block, queueing its batches in `ready` and setting `finished`
+/// at the end of the input; `next_batch` is the same for every format.
+pub trait EventSource: Send {
+    fn ready(&mut self) -> &mut VecDeque<RecordBatch>;
+    fn finished(&self) -> bool;
+    fn step(&mut self) -> Result<(), TraceError>;
+    fn into_outcome(self: Box<Self>) -> Outcome;
+
+    /// The next batch of rows, None at the end.
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError> {
+        loop {
+            if let Some(b) = self.ready().pop_front() {
+                return Ok(Some(b));
+            }
+            if self.finished() {
+                return Ok(None);
+            }
+            self.step()?;
+        }
+    }
+}
+
+/// Every batch of a source and its outcome, or the error (tests, fuzzing).
+pub fn read_all_of(
+    mut source: Box<dyn EventSource>,
+) -> Result<(Vec<RecordBatch>, Outcome), TraceError> {
+    let mut batches = Vec::new();
+    while let Some(b) = source.next_batch()? {
+        batches.push(b);
+    }
+    Ok((batches, source.into_outcome()))
+}
+
+impl EventSource for TraceParser {
+    fn ready(&mut self) -> &mut VecDeque<RecordBatch> {
+        &mut self.ready
+    }
+    fn finished(&self) -> bool {
+        self.finished
+    }
+    fn step(&mut self) -> Result<(), TraceError> {
+        TraceParser::step(self)
+    }
+    fn into_outcome(self: Box<Self>) -> Outcome {
+        self.outcome
+    }
+}
+
 pub struct TraceParser {
     path: PathBuf,
     limits: Limits,
@@ -134,19 +184,6 @@ impl TraceParser {
             events_end: None,
             last_event_end: None,
         })
-    }
-
-    /// The next batch of rows, None at the end.
-    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError> {
-        loop {
-            if let Some(b) = self.ready.pop_front() {
-                return Ok(Some(b));
-            }
-            if self.finished {
-                return Ok(None);
-            }
-            self.step()?;
-        }
     }
 
     fn step(&mut self) -> Result<(), TraceError> {

@@ -22,7 +22,7 @@ use arrow_array::RecordBatch;
 use flate2::{Decompress, FlushDecompress, Status};
 
 use crate::reader::{Fill, ReadError, Source};
-use crate::trace::{Limits, Outcome, TraceError};
+use crate::trace::{EventSource, Limits, Outcome, TraceError};
 
 pub use events::Reading;
 
@@ -192,20 +192,6 @@ impl PftraceParser {
         })
     }
 
-    /// The next batch of rows, None at the end.
-    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError> {
-        loop {
-            if let Some(b) = self.ready.pop_front() {
-                return Ok(Some(b));
-            }
-            if self.finished {
-                return Ok(None);
-            }
-            self.step()?;
-            self.take_batches(false)?;
-        }
-    }
-
     fn take_batches(&mut self, all: bool) -> Result<(), TraceError> {
         while let Some(b) = self.reading.take_batch(all).map_err(|e| TraceError {
             message: format!("internal error: {e}"),
@@ -340,12 +326,7 @@ impl PftraceParser {
 
 /// Read a whole file (tests, fuzzing): every batch and the outcome, or the error.
 pub fn read_all(path: &Path, limits: Limits) -> Result<(Vec<RecordBatch>, Outcome), TraceError> {
-    let mut parser = PftraceParser::open(path, limits)?;
-    let mut batches = Vec::new();
-    while let Some(b) = parser.next_batch()? {
-        batches.push(b);
-    }
-    Ok((batches, parser.outcome))
+    crate::trace::read_all_of(Box::new(PftraceParser::open(path, limits)?))
 }
 
 /// The trace metadata (chrome_events.metadata: (key, JSON text)) of the first packets of
@@ -387,24 +368,17 @@ pub fn head_metadata(head: &[u8]) -> Option<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests;
 
-/// A file's events as batches, whatever its format (what the Python boundary streams).
-pub trait EventSource: Send {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError>;
-    fn into_outcome(self: Box<Self>) -> Outcome;
-}
-
 impl EventSource for PftraceParser {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError> {
-        PftraceParser::next_batch(self)
+    fn ready(&mut self) -> &mut VecDeque<RecordBatch> {
+        &mut self.ready
     }
-    fn into_outcome(self: Box<Self>) -> Outcome {
-        self.outcome
+    fn finished(&self) -> bool {
+        self.finished
     }
-}
-
-impl EventSource for crate::trace::TraceParser {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, TraceError> {
-        crate::trace::TraceParser::next_batch(self)
+    /// One block of packets decoded; its complete batches queued.
+    fn step(&mut self) -> Result<(), TraceError> {
+        PftraceParser::step(self)?;
+        self.take_batches(false)
     }
     fn into_outcome(self: Box<Self>) -> Outcome {
         self.outcome
