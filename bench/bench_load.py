@@ -402,18 +402,17 @@ def table_costs(results: list[dict]) -> str:
         return ""
     head = "| per-rank table (SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
     rows = [head, "|---|" + "---:|" * len(runs)]
-    names = sorted({k for r in runs for k in r["stages"] if k.startswith(TABLE_KEY)},
-                   key=lambda k: -max(float(r["stages"].get(k, 0)) for r in runs))
+    costs = [{k: float(v) for k, v in r["stages"].items() if k.startswith(TABLE_KEY)} for r in runs]
+    names = sorted({k for c in costs for k in c}, key=lambda k: (-max(c.get(k, 0.0) for c in costs), k))
 
-    def cell(r: dict, key: str) -> str:
-        total = sum(float(v) for k, v in r["stages"].items() if k.startswith(TABLE_KEY))
-        if key not in r["stages"]:
+    def cell(c: dict[str, float], key: str) -> str:
+        if key not in c:
             return "—"
-        value = float(r["stages"][key])
-        return f"{value:.2f} ({100 * value / total:.0f} %)" if total else f"{value:.2f}"
+        total = sum(c.values())
+        return f"{c[key]:.2f} ({100 * c[key] / total:.0f} %)" if total else f"{c[key]:.2f}"
 
     for key in names:
-        rows.append(f"| {key.removeprefix(TABLE_KEY)} | " + " | ".join(cell(r, key) for r in runs) + " |")
+        rows.append(f"| {key.removeprefix(TABLE_KEY)} | " + " | ".join(cell(c, key) for c in costs) + " |")
     return "\n".join(rows)
 
 
@@ -440,7 +439,7 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
 
 - machine: {machine()}
 - versions: {vers}
-- traces: {args.source.name} ({SOURCE_KINDS['cpu'] if args.cpu_trace else SOURCE_KINDS.get(args.source.name, 'a real Kineto trace')}, {args.source_json_mb:.1f} MB of JSON)
+- traces: {args.source.name} ({args.source_kind}, {args.source_json_mb:.1f} MB of JSON)
   replicated in Kineto's text layout (ts shifted per replica, ProfilerStep#N renamed,
   ids offset); `.gz` is `gzip -6` of the 500 MB one (MB/s counts uncompressed bytes).
 - each number is the median of the runs (up to {args.repeat}), each in a fresh process (page
@@ -516,13 +515,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="forget measurements stored by earlier runs")
     args = ap.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
+    args.source_kind = None
     if args.cpu_trace:
         folder, pattern = CPU_SOURCE_GLOB
-        args.source = args.source or next(iter(sorted((REPO / folder).glob(pattern))))
+        if not args.source:
+            args.source = next(iter(sorted((REPO / folder).glob(pattern))))
+            args.source_kind = SOURCE_KINDS["cpu"]
         args.scratch = args.scratch or DEFAULT_SCRATCH / "cpu"
         args.results = args.results or REPO / "bench" / "RESULTS-cpu.md"
         args.sizes = args.sizes or "200MB"
     args.source = args.source or DEFAULT_SOURCE
+    args.source_kind = args.source_kind or SOURCE_KINDS.get(args.source.name, "a real Kineto trace")
     args.scratch = args.scratch or DEFAULT_SCRATCH
     args.results = args.results or REPO / "bench" / "RESULTS.md"
     args.sizes = args.sizes or "100MB,500MB,500MB.gz,2GB"

@@ -118,15 +118,15 @@ def open_quiet(path: Path | str, read_only: bool = False, config: dict | None = 
     if threads:
         config.setdefault("threads", threads)
     con = duckdb.connect(str(path), read_only=read_only, config=config)
-    for setting in ("SET enable_progress_bar = false", ASOF_AS_ASOF):
-        try:
-            con.execute(setting)
-        except duckdb.Error:  # (Jupyter without ipywidgets refuses the first: none is drawn; DuckDB < 1.3 lacks the second)
-            pass
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:  # (in Jupyter without ipywidgets DuckDB refuses to touch the setting: none is drawn)
+        pass
+    con.execute(ASOF_AS_ASOF)
     return con
 
 
-# DuckDB (1.3 and later) runs an ASOF join as a nested loop join when it estimates its probe side
+# DuckDB runs an ASOF join as a nested loop join when it estimates its probe side
 # under asof_loop_join_threshold rows (64). Tables created in the open transaction (the map builds
 # the per-rank tables in one) can have no estimate: DuckDB 1.5.6 then looped over step_regions'
 # busy intervals, 40 CPU s instead of 0.9 on a 200 MB CPU trace (docs/benchmarks.md). 0 keeps the
