@@ -193,3 +193,33 @@ def test_a_signalled_analyze_of_shards_keeps_the_shards_and_leaves_nothing_else(
     assert {p: p.stat().st_mtime_ns for p in shards.rglob("*")} == before  # the shards are untouched
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*")) if out.exists() else []
     assert left == []
+
+
+# multiprocessing makes its temp folder, then registers its removal: a signal that lands between
+# the two (here: sent by mkdtemp itself, right after making the folder) must not leave it behind
+_SIGNAL_INSIDE_MKDTEMP = """
+import os, signal, sys, tempfile
+from traceanalyze.faults import run
+from traceanalyze.load.executors import _pool
+
+made = tempfile.mkdtemp
+def mkdtemp(*args, **kwargs):
+    folder = made(*args, **kwargs)
+    if kwargs.get("prefix") == "pymp-":
+        os.kill(os.getpid(), int(sys.argv[1]))
+    return folder
+tempfile.mkdtemp = mkdtemp
+run(lambda: _pool(2).shutdown())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_pool_makes_its_temp_folder_leaves_no_folder(run_env, sig):
+    _, tmp = run_env
+    env = {k: v for k, v in os.environ.items() if k != "TRACEANALYZE_TMPDIR"}
+    env["TMPDIR"] = str(tmp)
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_INSIDE_MKDTEMP, str(int(sig))], check=False, env=env,
+                          capture_output=True, text=True, timeout=300)  # (a hang guard)
+    assert done.returncode == EXIT[sig], done.stderr
+    assert "interrupted" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp.iterdir()) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
 import select
 import signal
@@ -120,8 +121,32 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     context = multiprocessing.get_context("forkserver" if forkserver else "spawn")
     if forkserver:
         context.set_forkserver_preload(["traceanalyze.load.forkserver_init"])
+        _reserve_temp_dir()
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(),))
+
+
+def _reserve_temp_dir() -> None:
+    """Create multiprocessing's temp folder (`<tmp>/pymp-*`, where the forkserver's socket goes)
+    with SIGINT / SIGTERM held back until it is made and registered for removal at exit.
+
+    multiprocessing makes the folder and only then registers its removal; a signal between the
+    two (the command stopped just as the pool starts) left an empty `pymp-*` folder behind. A
+    signal that arrives meanwhile is raised again once the folder is registered."""
+    held: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    try:
+        previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in sigs}
+    except ValueError:  # not the main thread: signals reach only the main thread's handlers anyway
+        multiprocessing.util.get_temp_dir()
+        return
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    if held:
+        signal.raise_signal(held[-1])
 
 
 def _socket_path_fits() -> bool:
