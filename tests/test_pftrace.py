@@ -23,6 +23,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pftrace_convert as conv
+from table_compare import assert_same_tables as same_tables
 
 import traceanalyze
 from traceanalyze import db as tracedb
@@ -80,8 +81,9 @@ def rank_rows(db: Path) -> list[tuple]:
 
 
 def assert_same_tables(json_db: Path, pf_db: Path) -> None:
-    for table in documented_tables():
-        assert table_rows(pf_db, table) == table_rows(json_db, table), table
+    """Every documented table holds the same rows (raw_events.other_args compared as the JSON value
+    it holds: see table_rows), and the ranks the same but for their files."""
+    same_tables(pf_db, json_db, documented_tables(), json_columns=["other_args"])
     assert rank_rows(pf_db) == rank_rows(json_db)
 
 

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
 
-from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import worker_threads
 from traceanalyze.load.map_outcome import MapOutcome, trace_name
 from traceanalyze.load.memory import RAM_STAGING_DIR, staging_dir
@@ -34,6 +34,11 @@ from traceanalyze.load.shards import ShardStore
 from traceanalyze.load.stale import pid_alive, sweep_staging
 
 Progress = Callable[[str], None]
+
+# Traces this small (JSON bytes, estimated for gzip, all ranks together) are mapped in the
+# command's own process unless a worker count is asked for: a pool costs more to start (its
+# forkserver imports the loader, about a second of CPU) than the maps it would share out.
+IN_PROCESS_BYTES = 16 << 20
 
 
 class Executor(Protocol):
@@ -47,7 +52,10 @@ class Executor(Protocol):
 
 def run_local(files: list[TraceFile], shards_root: str, say: Progress, *, workers: int | None = None,
               address: str | None = None) -> list[MapOutcome]:
-    """The maps in a local process pool, `workers` at once (default: all cores)."""
+    """The maps in a local process pool, `workers` at once (default: all cores, or this process
+    alone when the traces are small: see IN_PROCESS_BYTES)."""
+    if workers is None and sum(trace_bytes(tf) for tf in files) <= IN_PROCESS_BYTES:
+        workers = 1
     workers = max(1, min(len(files), workers or os.cpu_count() or 1))
     if workers == 1:  # one rank (or one core): no pool to start; small ranks still share a database
         return [_announce(outcome, say) for pack in packs(files, 1) for outcome in map_pack(pack, shards_root, None)]
