@@ -178,3 +178,23 @@ def test_a_single_file_can_be_loaded(cli, world, event_counts, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert query(db, "SELECT rank FROM ranks") == [(3,)]
     assert query(db, "SELECT count(*) FROM raw_events") == [(event_counts[world[3]],)]
+
+
+def test_a_local_analysis_imports_no_remote_storage_or_dataframe_library(world, tmp_path):
+    """fsspec (only for URLs) and polars (only for many critical-path rows or a notebook's
+    frames) cost a command's start a third of a second or more: a local run loads neither, the
+    first time (maps, reduce, critical path, rules, report) or when its database is reused."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from traceanalyze.cli import cli\n"
+            "for _ in range(2):\n"
+            "    cli.main([sys.argv[1], '--out', sys.argv[2], '-q'], standalone_mode=False)\n"
+            "print(sorted(m for m in ('fsspec', 'polars', 'pyarrow') if m in sys.modules))\n")
+    traces = place(world, tmp_path / "traces")
+    proc = subprocess.run([sys.executable, "-c", code, str(traces), str(tmp_path / "out")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "summary.json").is_file()
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
