@@ -198,3 +198,25 @@ def test_a_local_analysis_imports_no_remote_storage_or_dataframe_library(world, 
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "summary.json").is_file()
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_reused_database_is_answered_without_the_map_and_reduce_stages(world, tmp_path):
+    """A re-run whose traces did not change reads the database's fingerprint and stops: the
+    stages that would rebuild it (executors, maps, reduce, the Flight Recorder's database) are
+    not even imported (their imports were a sixth of a re-run's time)."""
+    import subprocess
+    import sys
+
+    traces, db = place(world, tmp_path / "traces"), tmp_path / "trace.duckdb"
+    code = ("import sys\n"
+            "from traceanalyze.load import load_trace_dir\n"
+            "result = load_trace_dir(sys.argv[1], sys.argv[2])\n"
+            "stages = ('traceanalyze.load.executors', 'traceanalyze.load.map', 'traceanalyze.load.reduce',\n"
+            "          'traceanalyze.load.fr_database', 'multiprocessing')\n"
+            "print(result.reused, sorted(m for m in stages if m in sys.modules))\n")
+    runs = [subprocess.run([sys.executable, "-c", code, str(traces), str(db)], capture_output=True, text=True,
+                           check=False) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
+    assert first.startswith("False [") and "traceanalyze.load.reduce" in first  # built: the stages ran
+    assert second == "True []"

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -20,22 +21,18 @@ from traceanalyze.version import __version__
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import Discovery, TraceFile, discover, find_dumps, format_ranks
-from traceanalyze.load.executor_registry import run_maps
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
-from traceanalyze.load.fr_database import dumps_only_db
-from traceanalyze.load.map_outcome import MapOutcome
-import traceanalyze.load.reduce as reduce
 from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir
-from traceanalyze.load.reduce import (
-    attach_shards,
-    cross_rank,
-    record_notes,
-    shard_bytes,
-    usable_shards,
-)
 from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
 from traceanalyze.load.stale import marker, sweep_database_tmp, sweep_staging
-from traceanalyze.load.verify import ShardProblem
+
+if TYPE_CHECKING:
+    from traceanalyze.load.map_outcome import MapOutcome
+    from traceanalyze.load.verify import ShardProblem
+
+# The maps (executors, the per-rank tables), the reduce and the Flight Recorder's database are
+# imported by the functions that run them: a re-run that reuses its database needs none of
+# them, and their imports (multiprocessing, concurrent.futures, ...) were a sixth of its time.
 
 Progress = Callable[[str], None]
 # (importing the submodule traceanalyze.load.map binds `map` in this namespace: no builtin map() here)
@@ -137,6 +134,10 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
         if reused is not None:
             say(f"reusing {db_path} (traces unchanged)")
             return reused
+    from traceanalyze.load.executor_registry import run_maps
+    from traceanalyze.load.fr_database import dumps_only_db
+    from traceanalyze.load.reduce import usable_shards
+
     if not discovery.files:  # Flight Recorder dumps alone (load/flight_recorder.py)
         say(f"reading {len(discovery.dumps)} Flight Recorder dump(s), no profiler trace")
         dumps_only_db(discovery.dumps, db_path, meta={"target": str(target), "fingerprint": fingerprint,
@@ -242,6 +243,9 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
     moved into place: a concurrent load or reader never sees half a database). Each shard's
     files are checked first (`verified`: ranks this process checked already); a damaged one
     is left out with a `shard-corrupt` warning."""
+    import traceanalyze.load.reduce as reduce
+    from traceanalyze.load.reduce import attach_shards, cross_rank, record_notes, shard_bytes, usable_shards
+
     cache = _cache_root(store, db_path)
     shards, stale, damaged = usable_shards(store, ranks, cache, verified)
     notes = notes + [(rank, None, "shard-unusable", "warning",
@@ -301,6 +305,10 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     """The reduce alone, over a shard set written by `traceanalyze ingest` (one map per rank,
     e.g. a batch-scheduler array). A shard of another version, or a damaged one, whose trace
     is still reachable is mapped again here; one whose trace is not is left out and reported."""
+    from traceanalyze.load.executor_registry import run_maps
+    from traceanalyze.load.fr_database import dumps_only_db
+    from traceanalyze.load.reduce import usable_shards
+
     say = progress or (lambda _msg: None)
     store = ShardStore(shards_root)
     present = [r for r in store.ranks() if ranks is None or r in ranks]
