@@ -130,6 +130,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
                            shards=shards, workers=workers, ray_address=ray_address)
         con = tracedb.connect(db_path, read_only=True)
         try:
+            tracedb.fit_threads(con)
             say("running rules")
             diagnosis = diagnose(con, settings)
             summary = build_summary(con, str(source), diagnosis)

@@ -271,7 +271,8 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
             sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
             sweep_staging({staging_dir([]), None, str(RAM_STAGING_DIR)})
             tmp_db.unlink(missing_ok=True)
-            con = tracedb.open_quiet(tmp_db)
+            threads = tracedb.stage_threads(sum(s.manifest.get("events_bytes") or 0 for s in shards))
+            con = tracedb.open_quiet(tmp_db, config={"threads": threads} if threads else None)
         except (OSError, duckdb.Error) as exc:
             raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
                                     str(db_path)) from None
