@@ -64,42 +64,37 @@ REAL_TRACES = ROOT / "fixtures" / "real"
 
 
 @pytest.fixture(scope="session")
-def fixture_db():
+def fixture_db(once_per_session):
     """`fixture_db(folder)` -> the trace database of a fixture folder (fixtures/ddp/*, parallel/*,
-    cuda/*, real/*), loaded once per test process (each xdist worker its own) with the loader's
-    defaults and one map at a time (workers=1: in this process, the same tables as any worker
-    count), into a temporary folder removed at the end of the session. Every test module that
-    only reads an analysis shares it: open it read-only, never load into it (`analyze(folder,
-    db=fixture_db(folder))` reuses it as it is). A folder that does not load raises its
-    TraceanalyzeError again on every call."""
-    import shutil
-    import tempfile
-
+    cuda/*, real/*), loaded once per test session (by the first xdist worker that asks, the
+    others wait for it and share the file: once_per_session) with the loader's defaults and one
+    map at a time (workers=1: in that process, the same tables as any worker count), in the
+    session's temporary folder. Every test module that only reads an analysis shares it: open it
+    read-only, never load into it (`analyze(folder, db=fixture_db(folder))` reuses it as it is).
+    A folder that does not load raises its TraceanalyzeError again on every call."""
     from traceanalyze.errors import TraceanalyzeError
     from traceanalyze.load import load_trace_dir
 
-    base = Path(tempfile.mkdtemp(prefix="traceanalyze-fixture-dbs-"))
-    made: dict[Path, Path | TraceanalyzeError] = {}
-
     def get(folder: Path) -> Path:
         folder = Path(folder).resolve()
-        if folder not in made:
-            db = base / f"{len(made)}-{folder.name}" / "trace.duckdb"
-            db.parent.mkdir()
+
+        def make(private: Path):
+            db = private / "trace.duckdb"
+            if db.exists():  # (a worker that failed half-way through: start afresh)
+                db.unlink()
             try:
                 load_trace_dir(folder, db, workers=1)
-                made[folder] = db
             except TraceanalyzeError as exc:
-                made[folder] = exc
-        found = made[folder]
-        if isinstance(found, TraceanalyzeError):
-            raise found
-        return found
+                return ("error", type(exc), exc.problem, exc.path)
+            return ("db", db)
 
-    try:
-        yield get
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+        found = once_per_session(f"fixture-db {folder}", make)
+        if found[0] == "error":
+            _, kind, problem, path = found
+            raise kind(problem, path)
+        return found[1]
+
+    return get
 
 
 @pytest.fixture(scope="session")
