@@ -64,35 +64,22 @@ REAL_TRACES = ROOT / "fixtures" / "real"
 
 
 @pytest.fixture(scope="session")
-def fixture_db(once_per_session):
+def fixture_db(loaded_with_cli):
     """`fixture_db(folder)` -> the trace database of a fixture folder (fixtures/ddp/*, parallel/*,
-    cuda/*, real/*), loaded once per test session (by the first xdist worker that asks, the
-    others wait for it and share the file: once_per_session) with the loader's defaults and one
-    map at a time (workers=1: in that process, the same tables as any worker count), in the
-    session's temporary folder. Every test module that only reads an analysis shares it: open it
-    read-only, never load into it (`analyze(folder, db=fixture_db(folder))` reuses it as it is).
-    A folder that does not load raises its TraceanalyzeError again on every call."""
+    cuda/*, real/*): the one the real command line builds with its defaults (`traceanalyze load
+    FOLDER --db X`, loaded_with_cli: once per test session, by the first xdist worker that asks;
+    the others wait for it and share the file), in the session's temporary folder. Every test
+    module that only reads an analysis shares it: open it read-only, never load into it
+    (`analyze(folder, db=fixture_db(folder))` reuses it as it is). A folder that does not load
+    raises the command's one-line error as a TraceanalyzeError on every call."""
     from traceanalyze.errors import TraceanalyzeError
-    from traceanalyze.load import load_trace_dir
 
     def get(folder: Path) -> Path:
-        folder = Path(folder).resolve()
-
-        def make(private: Path):
-            db = private / "trace.duckdb"
-            if db.exists():  # (a worker that failed half-way through: start afresh)
-                db.unlink()
-            try:
-                load_trace_dir(folder, db, workers=1)
-            except TraceanalyzeError as exc:
-                return ("error", type(exc), exc.problem, exc.path)
-            return ("db", db)
-
-        found = once_per_session(f"fixture-db {folder}", make)
-        if found[0] == "error":
-            _, kind, problem, path = found
-            raise kind(problem, path)
-        return found[1]
+        db, proc = loaded_with_cli(Path(folder).resolve())
+        if proc.returncode != 0:
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            raise TraceanalyzeError(errors[-1].removeprefix("error: ") if errors else proc.stderr.strip())
+        return db
 
     return get
 
