@@ -126,15 +126,22 @@ def stage_threads(trace_bytes: int, threads: int | None = None) -> int | None:
     return 1 if trace_bytes <= ONE_THREAD_MAX_BYTES else None
 
 
+def set_stage_threads(con: duckdb.DuckDBPyConnection, trace_bytes: int, threads: int | None = None) -> None:
+    """`con`'s DuckDB threads as stage_threads decides for `trace_bytes` (unchanged when it
+    leaves them to DuckDB or to $TRACEANALYZE_DUCKDB_THREADS)."""
+    count = stage_threads(trace_bytes, threads)
+    if count:
+        con.execute(f"SET threads = {int(count)}")
+
+
 def fit_threads(con: duckdb.DuckDBPyConnection) -> None:
-    """One DuckDB thread on `con` when its database holds a small trace (ranks.events_bytes, see
-    stage_threads): the rules' queries on it are mostly planning."""
+    """set_stage_threads for the trace `con`'s database holds (ranks.events_bytes): one thread
+    on a small one, whose rules' queries are mostly planning."""
     try:
         (trace_bytes,) = con.execute("SELECT coalesce(sum(events_bytes), 0) FROM ranks").fetchone()
     except duckdb.Error:  # (not a trace database: left as it is)
         return
-    if stage_threads(int(trace_bytes)) == 1:
-        con.execute("SET threads = 1")
+    set_stage_threads(con, int(trace_bytes))
 
 
 def chosen_threads() -> int | None:

@@ -103,9 +103,7 @@ def open_private_database(work: Path, events_bytes: int, threads: int | None) ->
     `work`, spilling there too): the raw tables, the macros and the memory limit."""
     con = tracedb.open_quiet(":memory:" if events_bytes <= IN_MEMORY_MAX_BYTES else work / "rank.duckdb")
     try:
-        stage = tracedb.stage_threads(events_bytes, threads)
-        if stage:
-            con.execute(f"SET threads = {stage}")
+        tracedb.set_stage_threads(con, events_bytes, threads)
         con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
         tracedb.create_schema(con)
         tracedb.create_macros(con)

@@ -271,12 +271,12 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
             sweep_database_tmp(db_path)  # work files of killed runs (load/stale.py)
             sweep_staging({staging_dir([]), None, str(RAM_STAGING_DIR)})
             tmp_db.unlink(missing_ok=True)
-            threads = tracedb.stage_threads(sum(s.manifest.get("events_bytes") or 0 for s in shards))
-            con = tracedb.open_quiet(tmp_db, config={"threads": threads} if threads else None)
+            con = tracedb.open_quiet(tmp_db)
         except (OSError, duckdb.Error) as exc:
             raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
                                     str(db_path)) from None
         try:
+            tracedb.set_stage_threads(con, sum(s.manifest.get("events_bytes") or 0 for s in shards))
             if not materialize:  # (the same bound as the readers of this database: db.bound_views_memory)
                 con.execute("SET memory_limit = ?", [chosen_memory_limit() or tracedb.VIEWS_MEMORY_LIMIT])
                 con.execute("SET enable_external_file_cache = false")
