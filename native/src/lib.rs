@@ -1,7 +1,7 @@
 //! traceanalyze._native: a streaming reader of Kineto / Chrome trace JSON.
 //!
 //! Stages, one module each: `reader` (bytes, gzip) -> `scan` (layout, event spans) ->
-//! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches) -> `parquet_out` (the rank's raw_events.parquet); `trace`
+//! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches) -> `parquet_out` (the rank's raw_events.parquet) + `rank_tables` (its one-pass tables); `trace`
 //! drives them for one file. `pftrace` reads Perfetto protobuf traces into the same columns.
 //! `python` is the PyO3 boundary (no panic crosses it).
 
@@ -11,6 +11,7 @@ pub mod parquet_out;
 pub mod pftrace;
 #[cfg(feature = "python")]
 mod python;
+pub mod rank_tables;
 pub mod reader;
 pub mod scan;
 pub mod trace;

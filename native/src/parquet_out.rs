@@ -17,6 +17,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
+use crate::rank_tables::{write_tables, CutShort, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
 
@@ -81,6 +82,18 @@ pub struct WriteStats {
     pub write_s: f64,
     /// seconds of the gzip pre-pass that finds baseTimeNanoseconds in the trailer
     pub base_scan_s: f64,
+    /// rows of each one-pass table written (rank_tables), empty when none were asked for or
+    /// the rows need the map's second look (B/E pairs)
+    pub tables: Vec<(&'static str, usize)>,
+    /// seconds spent gathering and writing those tables
+    pub tables_s: f64,
+}
+
+/// Where the one-pass tables go (a folder) and the cut-short ratio of their steps.
+#[derive(Clone, Copy, Debug)]
+pub struct TablesOut<'a> {
+    pub dir: &'a Path,
+    pub cut: CutShort,
 }
 
 /// The file's schema: `rank` INTEGER, then the batches' columns.
@@ -105,10 +118,16 @@ pub fn write_raw_events(
     rank: i32,
     limits: Limits,
     codec: Codec,
+    tables: Option<TablesOut>,
 ) -> Result<(Outcome, WriteStats), TraceError> {
-    let result = write_inner(path, out, rank, limits, codec);
+    let result = write_inner(path, out, rank, limits, codec, tables);
     if result.is_err() {
         let _ = std::fs::remove_file(out);
+        if let Some(t) = tables {
+            for table in TABLES {
+                let _ = std::fs::remove_file(t.dir.join(format!("{table}.parquet")));
+            }
+        }
     }
     result
 }
@@ -119,8 +138,10 @@ fn write_inner(
     rank: i32,
     limits: Limits,
     codec: Codec,
+    tables_out: Option<TablesOut>,
 ) -> Result<(Outcome, WriteStats), TraceError> {
     let mut stats = WriteStats::default();
+    let mut tables = tables_out.map(|_| RankTables::new(rank));
     let started = Instant::now();
     let mut parser = TraceParser::open(path, limits.clone())?;
     if parser.outcome.gzip {
@@ -164,6 +185,13 @@ fn write_inner(
         let t = Instant::now();
         stats.begin_end_rows += begin_end_rows(&batch);
         stats.rows += batch.num_rows() as u64;
+        if let Some(tables) = tables.as_mut() {
+            let t = Instant::now();
+            tables
+                .add(&batch)
+                .map_err(|e| io_error("the tables of", out, e))?;
+            stats.tables_s += t.elapsed().as_secs_f64();
+        }
         let rank_col: ArrayRef = Arc::new(Int32Array::from_value(rank, batch.num_rows()));
         let mut columns = Vec::with_capacity(batch.num_columns() + 1);
         columns.push(rank_col);
@@ -183,6 +211,19 @@ fn write_inner(
     stats.parse_s = parse_s;
     stats.row_groups = meta.row_groups.len();
     stats.parquet_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    if let (Some(tables), Some(to)) = (tables, tables_out) {
+        if stats.begin_end_rows == 0 {
+            let t = Instant::now();
+            let built = tables
+                .finish(to.cut)
+                .map_err(|e| io_error("the tables of", out, e))?;
+            stats.tables = write_tables(built, to.dir).map_err(|message| TraceError {
+                message,
+                offset: None,
+            })?;
+            stats.tables_s += t.elapsed().as_secs_f64();
+        }
+    }
     Ok((parser.outcome, stats))
 }
 
@@ -244,7 +285,7 @@ mod tests {
             ..Limits::default()
         };
         let (outcome, stats) =
-            write_raw_events(&path, &out, 3, limits.clone(), Codec::Zstd).unwrap();
+            write_raw_events(&path, &out, 3, limits.clone(), Codec::Zstd, None).unwrap();
         let batches = read_back(&out);
         let (expected, _) = crate::read_all(&path, limits).unwrap();
         std::fs::remove_file(&path).unwrap();
@@ -283,7 +324,7 @@ mod tests {
         gz.finish().unwrap();
         let out = temp("base.parquet");
         let (outcome, _) =
-            write_raw_events(&path, &out, 0, Limits::default(), Codec::Snappy).unwrap();
+            write_raw_events(&path, &out, 0, Limits::default(), Codec::Snappy, None).unwrap();
         let batches = read_back(&out);
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_file(&out).unwrap();
@@ -304,7 +345,8 @@ mod tests {
             "{\"traceEvents\": [{\"ph\": \"X\"} {\"ph\": \"X\"}]}",
         );
         let out = temp("bad.parquet");
-        let err = write_raw_events(&path, &out, 0, Limits::default(), Codec::Zstd).unwrap_err();
+        let err =
+            write_raw_events(&path, &out, 0, Limits::default(), Codec::Zstd, None).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         assert!(err.message.contains("malformed"), "{}", err.message);
         assert!(!out.exists());

@@ -16,8 +16,9 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
-use crate::parquet_out::{write_raw_events, Codec};
+use crate::parquet_out::{write_raw_events, Codec, TablesOut};
 use crate::pftrace::open_events;
+use crate::rank_tables::{tables_of_raw_parquet, CutShort};
 use crate::trace::{BatchIter, EventSource, Limits, Outcome, TraceError};
 
 struct Shared {
@@ -231,12 +232,17 @@ fn value_error(py: Python<'_>, e: &TraceError) -> PyErr {
 /// Read the trace `path` and write its events to the Parquet file `out` (replaced), with a
 /// first column `rank`: the rows `TraceReader` gives, in file order. Returns the outcome
 /// dict of `TraceReader.result()` plus `rows`, `row_groups`, `begin_end_rows`,
-/// `parquet_bytes` and stage seconds (`parse_s`, `write_s`, `base_scan_s`). Raises
-/// ValueError (with `.offset`) for a file that is not a readable trace; no file is left then.
+/// `parquet_bytes` and stage seconds (`parse_s`, `write_s`, `base_scan_s`, `tables_s`). With
+/// `tables_dir`, the one-pass tables (threads, steps, cpu_ops, annotations, runtime) are
+/// written there too, their steps cut short below `cut_short` = (numerator, denominator):
+/// `tables` is then {table: rows}, empty when the rows hold B/E pairs (the map fixes those
+/// first and calls `rank_tables_of_parquet`). Raises ValueError (with `.offset`) for a file
+/// that is not a readable trace; no file is left then.
 #[pyfunction]
 #[pyo3(signature = (path, out, rank, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
                     min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
-                    max_item_bytes = 1 << 30, compression = "zstd"))]
+                    max_item_bytes = 1 << 30, compression = "zstd", tables_dir = None,
+                    cut_short = (1, 10)))]
 #[allow(clippy::too_many_arguments)]
 fn write_raw_events_parquet<'py>(
     py: Python<'py>,
@@ -250,7 +256,10 @@ fn write_raw_events_parquet<'py>(
     max_metadata_value_bytes: usize,
     max_item_bytes: usize,
     compression: &str,
+    tables_dir: Option<&str>,
+    cut_short: (i64, i64),
 ) -> PyResult<Bound<'py, PyDict>> {
+    let cut = cut_of(cut_short)?;
     let codec = Codec::parse(compression)
         .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
     let limits = limits_of(
@@ -262,9 +271,11 @@ fn write_raw_events_parquet<'py>(
         max_item_bytes,
     );
     let (input, output) = (Path::new(path).to_path_buf(), Path::new(out).to_path_buf());
+    let dir = tables_dir.map(|d| Path::new(d).to_path_buf());
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            write_raw_events(&input, &output, rank, limits, codec)
+            let tables = dir.as_deref().map(|dir| TablesOut { dir, cut });
+            write_raw_events(&input, &output, rank, limits, codec, tables)
         }))
         .unwrap_or_else(|p| {
             let _ = std::fs::remove_file(&output);
@@ -283,7 +294,59 @@ fn write_raw_events_parquet<'py>(
     d.set_item("parse_s", stats.parse_s)?;
     d.set_item("write_s", stats.write_s)?;
     d.set_item("base_scan_s", stats.base_scan_s)?;
+    d.set_item("tables_s", stats.tables_s)?;
+    d.set_item(
+        "tables",
+        PyDict::from_sequence(&PyList::new(py, stats.tables)?.into_any())?,
+    )?;
     Ok(d)
+}
+
+fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
+    if denominator <= 0 || numerator < 0 {
+        return Err(PyValueError::new_err(format!(
+            "cut_short {numerator}/{denominator} is not a ratio"
+        )));
+    }
+    Ok(CutShort {
+        numerator,
+        denominator,
+    })
+}
+
+/// The one-pass tables of a rank's raw_events.parquet `raw` (the map's rows after it fixed
+/// them: B/E pairs, a late time base, a Perfetto trace) written into `tables_dir`; returns
+/// {table: rows}. Raises ValueError with a one-line message when a file cannot be read or written.
+#[pyfunction]
+#[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10)))]
+fn rank_tables_of_parquet<'py>(
+    py: Python<'py>,
+    raw: &str,
+    tables_dir: &str,
+    rank: i32,
+    cut_short: (i64, i64),
+) -> PyResult<Bound<'py, PyDict>> {
+    let cut = cut_of(cut_short)?;
+    let (raw, dir) = (
+        Path::new(raw).to_path_buf(),
+        Path::new(tables_dir).to_path_buf(),
+    );
+    let got = py.allow_threads(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            tables_of_raw_parquet(&raw, &dir, rank, cut)
+        }))
+        .unwrap_or_else(|p| Err(panic_message(p)))
+    });
+    let rows = got.map_err(PyValueError::new_err)?;
+    PyDict::from_sequence(&PyList::new(py, rows)?.into_any())
+}
+
+/// The other end of a send / recv as a rank of its process group (cpu_ops.peer_group_rank),
+/// from an event's name and other args: the reading the SQL macro p2p_peer_arg must agree with.
+#[pyfunction]
+#[pyo3(signature = (name, other_args))]
+fn p2p_peer_arg(name: Option<&str>, other_args: Option<&str>) -> Option<i32> {
+    crate::rank_tables::p2p_peer_arg(name, other_args)
 }
 
 /// The metadata value `raw` (JSON text) if it decodes within serde_json's depth limit (128),
@@ -346,6 +409,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TraceReader>()?;
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(write_raw_events_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_tables_of_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;
     m.add_function(wrap_pyfunction!(arg_aliases, m)?)?;

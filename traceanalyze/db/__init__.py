@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import time
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
@@ -87,6 +89,16 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None,
             cpu_s[stem] = cpu_s.get(stem, 0.0) + time.process_time() - t0
 
 
+def parameter(name: str) -> Decimal:
+    """A named threshold of tables/00_parameters.sql (`SET VARIABLE name = number;`), for the
+    tables the native reader builds."""
+    found = re.search(rf"^SET VARIABLE {re.escape(name)} = ([0-9.]+);", _sql_text(PARAMETERS_FILE), re.MULTILINE)
+    if found is None:
+        raise KeyError(name)
+    return Decimal(found.group(1))
+
+
+PARAMETERS_FILE = "tables/00_parameters.sql"
 # the files of macros (the rest of tables/00_*.sql sets variables); SPECS_MACROS read the gpu_specs table
 MACRO_FILES = ("tables/00_macros.sql", "tables/00_flops.sql")
 SPECS_MACROS = "tables/00_specs.sql"

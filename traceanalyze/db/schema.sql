@@ -68,6 +68,86 @@ CREATE TABLE raw_events (
     other_args VARCHAR          -- every other args key, as a JSON object text (NULL when none): nothing is lost
 );
 
+-- The per-rank tables that are one pass over the events are built by the native reader as it parses
+-- (native/src/rank_tables.rs) and written next to raw_events.parquet; their columns are these. A row's
+-- step is the step that starts last at or before it, NULL when the row starts after that step's end.
+
+-- Process and thread names from metadata events (ph = 'M').
+CREATE TABLE threads (
+    rank INTEGER,               -- global rank
+    pid VARCHAR,                -- process id (GPU events: device number) as text
+    tid VARCHAR,                -- thread id (GPU events: stream) as text
+    thread_name VARCHAR,        -- e.g. 'thread 6039 (pt_gloo_runloop)' (the smallest, when named twice)
+    process_name VARCHAR        -- e.g. 'python3'
+);
+
+-- One row per ProfilerStep#N window per rank (or one synthetic window for traces without steps).
+CREATE TABLE steps (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- N of ProfilerStep#N (0 for a synthetic whole-trace window); a step named twice spans all its occurrences
+    ts_ns BIGINT,               -- step start on the rank's own clock, ns
+    dur_ns BIGINT,              -- step duration, ns
+    end_ns BIGINT,              -- step end, ns
+    synthetic BOOLEAN,          -- true when the trace had no ProfilerStep and the whole trace (every complete event but the 'Trace' span) is one window
+    step_index BIGINT,          -- 0-based position within the rank
+    cut_short BOOLEAN           -- the rank's last step, under a tenth (cut_short_max_ratio) of its shortest other step: the profiler stopped as it began (left out of aligned_steps)
+);
+
+-- Host-side operators (aten ops, autograd nodes, c10d ops) with the step whose time range holds them.
+CREATE TABLE cpu_ops (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N holding the op's start, NULL outside steps
+    name VARCHAR,               -- operator name, e.g. 'aten::mm'
+    pid VARCHAR,                -- process id
+    tid VARCHAR,                -- thread id
+    ts_ns BIGINT,               -- start, ns
+    dur_ns BIGINT,              -- duration, ns
+    end_ns BIGINT,              -- end, ns
+    external_id BIGINT,         -- links to runtime calls and kernels it launched
+    seq_number BIGINT,          -- autograd sequence number (forward op <-> backward node)
+    input_dims VARCHAR,         -- input shapes (JSON text), with record_shapes=True
+    input_type VARCHAR,         -- input dtypes (JSON text)
+    collective_name VARCHAR,    -- record_param_comms: args."Collective name"
+    in_msg_nelems BIGINT,       -- record_param_comms: elements sent
+    dtype VARCHAR,              -- record_param_comms: element type
+    pg_name VARCHAR,            -- record_param_comms: process group name
+    pg_desc VARCHAR,            -- record_param_comms: process group description ('default_pg', 'mesh_tp', ...), NULL when none ('undefined')
+    pg_ranks VARCHAR,           -- record_param_comms: global ranks of the process group (JSON text)
+    collective_seq BIGINT,      -- record_param_comms: args.Seq, the collective's sequence number in its group (newer torch)
+    peer_group_rank INTEGER,    -- send / recv (c10d::send, c10d::recv_, record_param_comms): the other end as a rank of the process group (args "Dst Rank", else "Src Rank", else c10d's third Concrete Input; an integer or a string of digits), NULL when unknown
+    group_size INTEGER          -- record_param_comms: args."Group size" (ranks in the process group)
+);
+
+-- user annotations (record_function ranges, DataLoader, Optimizer.step, gloo:* collectives) on host and GPU.
+CREATE TABLE annotations (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step holding the annotation's start
+    name VARCHAR,               -- annotation name, e.g. 'enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__'
+    on_gpu BOOLEAN,             -- true for the GPU-timeline copy of an annotation
+    pid VARCHAR,                -- process id (device for GPU annotations)
+    tid VARCHAR,                -- thread id (stream for GPU annotations)
+    ts_ns BIGINT,               -- start, ns
+    dur_ns BIGINT,              -- duration, ns
+    end_ns BIGINT,              -- end, ns
+    external_id BIGINT,         -- External id
+    input_dims VARCHAR,         -- input shapes (JSON text), e.g. of gloo:all_reduce
+    input_type VARCHAR          -- input dtypes (JSON text)
+);
+
+-- CUDA / HIP runtime and driver calls on the host (kernel launches, memcpy calls, synchronizations).
+CREATE TABLE runtime (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step holding the call
+    name VARCHAR,               -- e.g. cudaLaunchKernel, hipMemcpyAsync, cudaDeviceSynchronize
+    tid VARCHAR,                -- host thread
+    ts_ns BIGINT,               -- start, ns
+    dur_ns BIGINT,              -- duration, ns
+    end_ns BIGINT,              -- end, ns
+    correlation BIGINT,         -- links a launch to the GPU work it queued
+    external_id BIGINT,         -- the operator that made the call
+    is_sync BOOLEAN             -- the host waits for (or polls) the device: the name contains Synchronize, StreamWaitEvent, EventQuery or StreamQuery (any case)
+);
+
 -- Everything odd the loader saw: skipped files, truncations, malformed events, notes.
 CREATE TABLE load_issues (
     rank INTEGER,               -- rank concerned, NULL for the whole load

@@ -1,9 +1,10 @@
 """The map stage: one rank's trace -> its shard (every table that needs only that rank, as Parquet).
 
 `map_rank` runs anywhere (this process, a pool worker, a Ray task, a batch job): the native
-reader writes the rank's events straight into its shard file raw_events.parquet; a private,
-memory-limited DuckDB database builds the per-rank tables (db/tables/per_rank/*.sql) from that
-file, writes them under <shards>/rank=N/ and the manifest last.
+reader writes the rank's events straight into its shard file raw_events.parquet, and the
+one-pass tables (read.NATIVE_TABLES) beside it; a private, memory-limited DuckDB database
+reads those and builds the other per-rank tables (db/tables/per_rank/*.sql), writes them under
+<shards>/rank=N/ and the manifest last.
 It holds one rank at a time; nothing in it looks at another rank.
 """
 
@@ -25,7 +26,7 @@ from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 from traceanalyze.load.memory import limit_memory, relaxing_memory, staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import base_time_ns, write_raw_events
+from traceanalyze.load.read import NATIVE_TABLES, base_time_ns, write_raw_events
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
@@ -35,6 +36,9 @@ from traceanalyze.load.source import estimated_uncompressed_bytes
 # (in RAM-backed /dev/shm when it surely fits, see memory.py), whose blocks DuckDB can evict
 # under the limit.
 IN_MEMORY_MAX_BYTES = 64 << 20
+
+# the shard's files the native reader writes itself
+READER_FILES = ("raw_events", *NATIVE_TABLES)
 
 # notes of the read that are choices we made, not data lost or doubtful
 INFO_KINDS = {"begin-end", "memory-limit-lifted"}
@@ -123,14 +127,17 @@ def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: di
 
 
 def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> RankRead:
-    """The rank's events into `raw_path` (raw_events of `con` a view over it), and its rows of
-    `ranks`, `pg_configs` and `load_issues`. Bad input raises TraceanalyzeError naming the file."""
+    """The rank's events into `raw_path` (raw_events of `con` a view over it), its one-pass
+    tables beside it (and into `con`'s tables), and its rows of `ranks`, `pg_configs` and
+    `load_issues`. Bad input raises TraceanalyzeError naming the file."""
     try:
         read = write_raw_events(con, local, raw_path, threads)
     except TraceanalyzeError as exc:
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
             raise TraceanalyzeError(exc.problem, tf.url) from None
         raise
+    for table in NATIVE_TABLES:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet('{sql_text(raw_path.parent / f'{table}.parquet')}')")
     _insert_rank(con, tf, read)
     _insert_pg_configs(con, tf, read)
     _record_issues(con, tf, read)
@@ -302,13 +309,13 @@ def _record_event_issues(con) -> None:
 
 
 def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
-    """Every per-rank table as Parquet in `target` (raw_events.parquet is there already): the
+    """Every per-rank table as Parquet in `target` (the reader's files are there already): the
     local shard folder, or a private one uploaded from. Returns the row count of each table and
     the size and hash of each file (the manifest's)."""
     rows = {}
     for table in SHARD_TABLES:
         (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
-        if table != "raw_events":
+        if table not in READER_FILES:
             con.execute(f"COPY {table} TO '{sql_text(target / f'{table}.parquet')}' (FORMAT parquet, COMPRESSION zstd)")
     return rows, shard_files(store, rank, target)
 

@@ -23,7 +23,7 @@ import duckdb
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
-from traceanalyze.load.map import (build_rank_tables, fetched, map_rank_locked, open_private_database,
+from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, map_rank_locked, open_private_database,
                                    rank_manifest, read_rank_events, shard_files, sql_text, table_stage_s)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
@@ -118,7 +118,7 @@ def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, Rank
             counts = dict(con.execute(f"SELECT rank, count(*) FROM {table} GROUP BY rank").fetchall())
             for rank in ranks:
                 rows[rank][table] = counts.get(rank, 0)
-            if table == "raw_events":  # (the reader wrote each rank's file)
+            if table in READER_FILES:  # (the reader wrote each rank's file)
                 continue
             folder = parts / table
             if any(counts.get(rank) for rank in ranks):

@@ -8,6 +8,9 @@ groups itself, no database holds the rows) and the per-rank tables read that fil
 A Perfetto protobuf trace (by its name: discover.is_protobuf) is decoded by the same reader
 into the same columns (native/src/pftrace: tracks, slices, interned names, debug annotations
 as args).
+The reader also builds the rank's one-pass tables in the same pass (threads, steps, cpu_ops,
+annotations, runtime: native/src/rank_tables.rs, NATIVE_TABLES) and writes them next to
+raw_events.parquet; rows fixed after the read are given to it again from the fixed file.
 This module adds the rank, checks the time base, turns B/E pairs into X events and words the
 reader's counts as load issues. It is the only module that knows the native reader.
 """
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 import json
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import duckdb
 
+import traceanalyze.db as tracedb
 from traceanalyze.load.extension import native as _native
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile, is_protobuf
@@ -34,6 +39,14 @@ TIME_LIMIT_NS = 1 << 62
 BLOCK_BYTES = 8 << 20
 # how the reader compresses raw_events.parquet (see docs/loading.md for the measurements)
 RAW_EVENTS_COMPRESSION = "zstd"
+# the per-rank tables the reader builds as it parses, as <table>.parquet beside raw_events.parquet
+NATIVE_TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime")
+
+
+def _cut_short() -> tuple[int, int]:
+    """The steps' cut_short_max_ratio (tables/00_parameters.sql) as (numerator, denominator)."""
+    ratio = Fraction(str(tracedb.parameter("cut_short_max_ratio")))
+    return ratio.numerator, ratio.denominator
 
 
 def base_time_ns(metadata: dict) -> int:
@@ -87,11 +100,13 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
     if is_protobuf(tf.path):
         read = read_rank(con, tf, threads)
         _copy_out(con, out)
+        _tables_of_fixed_rows(out, tf)
         return read
     cpu0 = time.process_time()
     try:
         out_dict = _native.write_raw_events_parquet(str(tf.path), str(out), tf.rank, threads=threads,
-                                                    block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION)
+                                                    block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION,
+                                                    tables_dir=str(out.parent), cut_short=_cut_short())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     notes: list[tuple[str, str, int | None]] = list(out_dict["notes"])
@@ -99,7 +114,8 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
     notes += _tally_notes(out_dict["tally"])
     shift = base_time_ns(metadata) - out_dict["base_ns"]
     stages = {"read_parse_write_cpu": time.process_time() - cpu0,
-              "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"]}
+              "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"],
+              "native_tables_wall": out_dict["tables_s"]}
     source = f"read_parquet('{_sql_text(out)}')"
     pairs = 0
     if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
@@ -109,10 +125,19 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
         pairs, be_notes = _convert_begin_end(con, tf.rank)
         notes += be_notes
         _copy_out(con, out)
+        _tables_of_fixed_rows(out, tf)
     con.execute("DROP TABLE raw_events")
     con.execute(f"CREATE VIEW raw_events AS SELECT * FROM {source}")
     return RankRead(metadata, out_dict["events"] - pairs, out_dict["events_bytes"], out_dict["truncated_at_byte"],
                     out_dict["lost_bytes"], notes, stages)
+
+
+def _tables_of_fixed_rows(out: Path, tf: TraceFile) -> None:
+    """The one-pass tables again, from the rows as the map fixed them (the file `out`)."""
+    try:
+        _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short())
+    except ValueError as exc:
+        raise TraceFormatError(str(exc), str(tf.path)) from None
 
 
 def _sql_text(path: Path) -> str:

@@ -80,10 +80,11 @@ def attach_shards(con: duckdb.DuckDBPyConnection, shards: list[Shard], materiali
     """The per-rank tables of every shard: copied, or as views over their Parquet files."""
     tracedb.create_schema(con)
     tracedb.create_macros(con)
+    in_schema = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
     for table in SHARD_TABLES:
         source = f"read_parquet({_quoted_list([s.table(table) for s in shards])}, hive_partitioning = false)"
-        if table in ("ranks", "pg_configs", "load_issues", "raw_events") and (materialize or table in TABLES_ALWAYS_COPIED):
-            con.execute(f"INSERT INTO {table} SELECT * FROM {source}")
+        if table in in_schema and (materialize or table in TABLES_ALWAYS_COPIED):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {source}")
         elif materialize:
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM {source}")
         else:

@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         threads: 1,
         ..Limits::default()
     };
-    match write_raw_events(&path, &out, 7, limits, Codec::Snappy) {
+    match write_raw_events(&path, &out, 7, limits, Codec::Snappy, None) {
         Ok((outcome, stats)) => {
             assert_eq!(stats.rows, outcome.events);
             let file = std::fs::File::open(&out).expect("the Parquet file is there");

@@ -88,15 +88,24 @@ CREATE OR REPLACE MACRO stable_mode(xs) AS (
     SELECT v FROM (SELECT unnest(xs) AS v) WHERE v IS NOT NULL GROUP BY v ORDER BY count(*) DESC, v LIMIT 1
 );
 
+-- a rank named by a JSON value: an integer, or a string of decimal digits (a minus first), that an
+-- INTEGER holds; NULL for anything else (3.0, ' 3', true, ...)
+CREATE OR REPLACE MACRO rank_json(v) AS (
+    CASE WHEN json_type(v) IN ('BIGINT', 'UBIGINT')
+              OR (json_type(v) = 'VARCHAR' AND regexp_full_match(v ->> '$', '-?[0-9]+'))
+         THEN TRY_CAST(v ->> '$' AS INTEGER) END
+);
+
 -- the other end of a send / recv as a rank of its process group, from an event's other args (JSON text):
 -- 'Dst Rank' / 'Src Rank' (record_param_comms and NCCL kernels of newer torch), else the dstRank /
--- srcRank argument of c10d::send / c10d::recv_ ('Concrete Inputs'[2]); NULL when absent
+-- srcRank argument of c10d::send / c10d::recv_ ('Concrete Inputs'[2]); NULL when absent. The native
+-- reader reads cpu_ops.peer_group_rank the same way (native/src/rank_tables.rs, p2p_peer_arg).
 CREATE OR REPLACE MACRO p2p_peer_arg(name, other_args) AS (
     CASE WHEN other_args IS NOT NULL THEN coalesce(
-        TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Dst Rank"') AS INTEGER),
-        TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Src Rank"') AS INTEGER),
+        rank_json(json_extract(TRY_CAST(other_args AS JSON), '$."Dst Rank"')),
+        rank_json(json_extract(TRY_CAST(other_args AS JSON), '$."Src Rank"')),
         CASE WHEN name IN ('c10d::send', 'c10d::recv_')
-             THEN TRY_CAST(json_extract_string(TRY_CAST(other_args AS JSON), '$."Concrete Inputs"[2]') AS INTEGER) END)
+             THEN rank_json(json_extract(TRY_CAST(other_args AS JSON), '$."Concrete Inputs"[2]')) END)
     END
 );
 

@@ -1,0 +1,724 @@
+//! Stage 5 (the map's shard), beside `parquet_out`: the per-rank tables that are one pass over
+//! a rank's events — `threads`, `steps`, `cpu_ops`, `annotations`, `runtime` (db/schema.sql
+//! documents their columns) — built from the event batches as they are decoded and written as
+//! Parquet files next to raw_events.parquet. Only the rows of those tables are held (not the
+//! whole trace); the step of each row is known once every ProfilerStep is, at the end.
+//!
+//! The rules, as the schema states them:
+//! - `threads`: metadata (`ph` M) `thread_name` / `process_name` events, one row per (pid, tid),
+//!   the smallest name of each kind;
+//! - `steps`: one row per ProfilerStep#N number (complete events, not the GPU copy), spanning
+//!   all its occurrences; without any, one synthetic step 0 over every complete event but the
+//!   `Trace` span; `cut_short`: the last step, under `cut_short_max_ratio` of the shortest other;
+//! - `cpu_ops`, `annotations`, `runtime`: complete events of their categories with a time and a
+//!   duration >= 0; `step`: the step that starts last at or before the row (NULL when the row
+//!   starts after that step's end).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_select::filter::filter_record_batch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use regex::Regex;
+use serde_json::Value;
+
+use crate::columns::COLUMNS;
+
+/// The tables this module builds, in the order they are written.
+pub const TABLES: &[&str] = &["threads", "steps", "cpu_ops", "annotations", "runtime"];
+
+/// `cut_short_max_ratio` as a fraction (numerator, denominator): a last step shorter than
+/// that share of the shortest other step was cut short by the profiler.
+#[derive(Clone, Copy, Debug)]
+pub struct CutShort {
+    pub numerator: i64,
+    pub denominator: i64,
+}
+
+fn col(name: &str) -> usize {
+    COLUMNS
+        .iter()
+        .position(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+}
+
+/// Columns of the event batches (the `columns` schema, no `rank`) each table copies, in the
+/// table's order; `None` marks a column computed here.
+const CPU_OPS: &[&str] = &[
+    "name",
+    "pid",
+    "tid",
+    "ts_ns",
+    "dur_ns",
+    "external_id",
+    "seq_number",
+    "input_dims",
+    "input_type",
+    "collective_name",
+    "in_msg_nelems",
+    "dtype",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "collective_seq",
+    "group_size",
+];
+const ANNOTATIONS: &[&str] = &[
+    "name",
+    "cat",
+    "pid",
+    "tid",
+    "ts_ns",
+    "dur_ns",
+    "external_id",
+    "input_dims",
+    "input_type",
+];
+const RUNTIME: &[&str] = &[
+    "name",
+    "tid",
+    "ts_ns",
+    "dur_ns",
+    "correlation",
+    "external_id",
+];
+// (cpu_ops also reads other_args, for the peer of a send / recv)
+
+fn field(name: &str, dt: DataType) -> Field {
+    Field::new(name, dt, true)
+}
+
+fn schema_of(fields: Vec<Field>) -> SchemaRef {
+    Arc::new(Schema::new(fields))
+}
+
+fn raw_type(name: &str) -> DataType {
+    match COLUMNS[col(name)].1 {
+        crate::columns::Ty::Str => DataType::Utf8,
+        crate::columns::Ty::I64 => DataType::Int64,
+        crate::columns::Ty::I32 => DataType::Int32,
+    }
+}
+
+/// The output schema of `table` (db/schema.sql's column order and types).
+pub fn table_schema(table: &str) -> SchemaRef {
+    use DataType::{Boolean, Int32, Int64, Utf8};
+    let rank_step = || vec![field("rank", Int32), field("step", Int64)];
+    match table {
+        "threads" => schema_of(vec![
+            field("rank", Int32),
+            field("pid", Utf8),
+            field("tid", Utf8),
+            field("thread_name", Utf8),
+            field("process_name", Utf8),
+        ]),
+        "steps" => schema_of(vec![
+            field("rank", Int32),
+            field("step", Int64),
+            field("ts_ns", Int64),
+            field("dur_ns", Int64),
+            field("end_ns", Int64),
+            field("synthetic", Boolean),
+            field("step_index", Int64),
+            field("cut_short", Boolean),
+        ]),
+        "cpu_ops" => {
+            let mut f = rank_step();
+            for name in &CPU_OPS[..5] {
+                f.push(field(name, raw_type(name)));
+            }
+            f.push(field("end_ns", Int64));
+            for name in &CPU_OPS[5..16] {
+                f.push(field(name, raw_type(name)));
+            }
+            f.push(field("peer_group_rank", Int32));
+            f.push(field("group_size", Int32));
+            schema_of(f)
+        }
+        "annotations" => {
+            let mut f = rank_step();
+            f.push(field("name", Utf8));
+            f.push(field("on_gpu", Boolean));
+            for name in &ANNOTATIONS[2..6] {
+                f.push(field(name, raw_type(name)));
+            }
+            f.push(field("end_ns", Int64));
+            for name in &ANNOTATIONS[6..] {
+                f.push(field(name, raw_type(name)));
+            }
+            schema_of(f)
+        }
+        "runtime" => {
+            let mut f = rank_step();
+            for name in &RUNTIME[..4] {
+                f.push(field(name, raw_type(name)));
+            }
+            f.push(field("end_ns", Int64));
+            for name in &RUNTIME[4..] {
+                f.push(field(name, raw_type(name)));
+            }
+            f.push(field("is_sync", Boolean));
+            schema_of(f)
+        }
+        other => panic!("no native table {other}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Step {
+    step: i64,
+    ts_ns: i64,
+    end_ns: i64,
+}
+
+/// (pid, tid) of a thread, and its names
+type ThreadKey = (Option<String>, Option<String>);
+type ThreadNames = (Option<String>, Option<String>);
+
+/// The rows of one rank's one-pass tables, gathered batch by batch.
+pub struct RankTables {
+    rank: i32,
+    /// (pid, tid) -> (smallest thread_name, smallest process_name)
+    threads: BTreeMap<ThreadKey, ThreadNames>,
+    /// ProfilerStep number -> (first start, last end)
+    marks: BTreeMap<i64, (i64, i64)>,
+    /// (first start, last end) of the complete events but the Trace span
+    window: Option<(i64, i64)>,
+    cpu_ops: Vec<RecordBatch>,
+    annotations: Vec<RecordBatch>,
+    runtime: Vec<RecordBatch>,
+}
+
+fn strings(batch: &RecordBatch, name: &str) -> StringArray {
+    batch
+        .column(col(name))
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("a text column")
+        .clone()
+}
+
+fn ints(batch: &RecordBatch, name: &str) -> Int64Array {
+    batch
+        .column(col(name))
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("a BIGINT column")
+        .clone()
+}
+
+fn get(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+fn geti(a: &Int64Array, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+/// N of a `ProfilerStep#N` name when N is digits a BIGINT holds.
+fn step_number(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix("ProfilerStep#")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A process group description, NULL when none (torch writes 'undefined'); only spaces are
+/// trimmed, as SQL's trim does.
+fn group_desc(text: Option<&str>) -> Option<&str> {
+    text.filter(|t| !matches!(t.trim_matches(' '), "" | "undefined"))
+}
+
+fn is_p2p_call(name: Option<&str>) -> bool {
+    matches!(name, Some("c10d::send" | "c10d::recv_"))
+}
+
+/// A rank named by an argument: a JSON integer, or a string of decimal digits (an optional
+/// minus first), that an INTEGER holds; anything else is unknown.
+fn rank_value(v: &Value) -> Option<i32> {
+    match v {
+        Value::Number(n) => n.as_i64().and_then(|i| i32::try_from(i).ok()),
+        Value::String(s) => {
+            let digits = s.strip_prefix('-').unwrap_or(s);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            s.parse::<i32>().ok()
+        }
+        _ => None,
+    }
+}
+
+/// The other end of a send / recv as a rank of its process group, from an event's other args
+/// (JSON object text): `Dst Rank`, else `Src Rank`, else (c10d::send / c10d::recv_) the third
+/// of the call's `Concrete Inputs`. The SQL macro p2p_peer_arg (kernels) reads them the same way.
+pub fn p2p_peer_arg(name: Option<&str>, other_args: Option<&str>) -> Option<i32> {
+    let args: serde_json::Map<String, Value> = serde_json::from_str(other_args?).ok()?;
+    let key = |k: &str| args.get(k).and_then(rank_value);
+    key("Dst Rank").or_else(|| key("Src Rank")).or_else(|| {
+        if is_p2p_call(name) {
+            args.get("Concrete Inputs")
+                .and_then(|c| c.as_array())
+                .and_then(|c| c.get(2))
+                .and_then(rank_value)
+        } else {
+            None
+        }
+    })
+}
+
+fn sync_pattern() -> &'static Regex {
+    static PATTERN: OnceLock<Regex> = OnceLock::new();
+    PATTERN.get_or_init(|| {
+        Regex::new("(?i)(Synchronize|StreamWaitEvent|EventQuery|StreamQuery)").expect("a pattern")
+    })
+}
+
+fn project(batch: &RecordBatch, names: &[&str]) -> Result<RecordBatch, ArrowError> {
+    let indices: Vec<usize> = names.iter().map(|n| col(n)).collect();
+    batch.project(&indices)
+}
+
+impl RankTables {
+    pub fn new(rank: i32) -> RankTables {
+        RankTables {
+            rank,
+            threads: BTreeMap::new(),
+            marks: BTreeMap::new(),
+            window: None,
+            cpu_ops: Vec::new(),
+            annotations: Vec::new(),
+            runtime: Vec::new(),
+        }
+    }
+
+    /// The rows of one batch of events (the `columns` schema).
+    pub fn add(&mut self, batch: &RecordBatch) -> Result<(), ArrowError> {
+        let (ph, cat, name) = (
+            strings(batch, "ph"),
+            strings(batch, "cat"),
+            strings(batch, "name"),
+        );
+        let (pid, tid, label) = (
+            strings(batch, "pid"),
+            strings(batch, "tid"),
+            strings(batch, "label"),
+        );
+        let (ts, dur) = (ints(batch, "ts_ns"), ints(batch, "dur_ns"));
+        let n = batch.num_rows();
+        let (mut cpu, mut ann, mut run) = (vec![false; n], vec![false; n], vec![false; n]);
+        let (mut any_cpu, mut any_ann, mut any_run) = (false, false, false);
+        for i in 0..n {
+            let Some(p) = get(&ph, i) else { continue };
+            let name_i = get(&name, i);
+            if p == "M" {
+                if let Some(kind @ ("thread_name" | "process_name")) = name_i {
+                    let key = (
+                        get(&pid, i).map(str::to_owned),
+                        get(&tid, i).map(str::to_owned),
+                    );
+                    let entry = self.threads.entry(key).or_default();
+                    let slot = if kind == "thread_name" {
+                        &mut entry.0
+                    } else {
+                        &mut entry.1
+                    };
+                    if let Some(l) = get(&label, i) {
+                        if slot.as_deref().is_none_or(|s| l < s) {
+                            *slot = Some(l.to_owned());
+                        }
+                    }
+                }
+                continue;
+            }
+            if p != "X" {
+                continue;
+            }
+            let Some(t) = geti(&ts, i) else { continue };
+            let d = geti(&dur, i);
+            let c = get(&cat, i);
+            if c != Some("Trace") {
+                let end = t.saturating_add(d.unwrap_or(0));
+                self.window = Some(match self.window {
+                    Some((lo, hi)) => (lo.min(t), hi.max(end)),
+                    None => (t, end),
+                });
+            }
+            let Some(d) = d.filter(|d| *d >= 0) else {
+                continue;
+            };
+            let is_step = name_i.is_some_and(|s| s.starts_with("ProfilerStep#"));
+            if is_step && c != Some("gpu_user_annotation") {
+                if let Some(step) = name_i.and_then(step_number) {
+                    let end = t.saturating_add(d);
+                    let span = self.marks.entry(step).or_insert((t, end));
+                    *span = (span.0.min(t), span.1.max(end));
+                }
+            }
+            match c {
+                Some("cpu_op" | "Operator") => {
+                    cpu[i] = true;
+                    any_cpu = true;
+                }
+                Some("user_annotation" | "gpu_user_annotation") if name_i.is_some() && !is_step => {
+                    ann[i] = true;
+                    any_ann = true;
+                }
+                Some("cuda_runtime" | "Runtime" | "cuda_driver") => {
+                    run[i] = true;
+                    any_run = true;
+                }
+                _ => {}
+            }
+        }
+        if any_cpu {
+            let mut names: Vec<&str> = CPU_OPS.to_vec();
+            names.push("other_args");
+            let rows = filter_record_batch(&project(batch, &names)?, &BooleanArray::from(cpu))?;
+            self.cpu_ops.push(rows);
+        }
+        if any_ann {
+            let rows =
+                filter_record_batch(&project(batch, ANNOTATIONS)?, &BooleanArray::from(ann))?;
+            self.annotations.push(rows);
+        }
+        if any_run {
+            let rows = filter_record_batch(&project(batch, RUNTIME)?, &BooleanArray::from(run))?;
+            self.runtime.push(rows);
+        }
+        Ok(())
+    }
+
+    /// The steps, by (start, number): marked ones, else the synthetic whole window.
+    fn steps(&self) -> (Vec<Step>, bool) {
+        let mut steps: Vec<Step> = self
+            .marks
+            .iter()
+            .map(|(&step, &(ts_ns, end_ns))| Step {
+                step,
+                ts_ns,
+                end_ns,
+            })
+            .collect();
+        let synthetic = steps.is_empty();
+        if synthetic {
+            if let Some((ts_ns, end_ns)) = self.window {
+                steps.push(Step {
+                    step: 0,
+                    ts_ns,
+                    end_ns,
+                });
+            }
+        }
+        steps.sort_by_key(|s| (s.ts_ns, s.step));
+        (steps, synthetic)
+    }
+
+    /// Every table as a record batch (rows of cpu_ops, annotations and runtime in file order).
+    pub fn finish(self, cut: CutShort) -> Result<Vec<(&'static str, RecordBatch)>, ArrowError> {
+        let (steps, synthetic) = self.steps();
+        let rank = self.rank;
+        let mut out = vec![
+            ("threads", self.threads_batch()?),
+            ("steps", steps_batch(rank, &steps, synthetic, cut)?),
+        ];
+        let step_of = |ts: Option<i64>| -> Option<i64> {
+            let ts = ts?;
+            let k = steps.partition_point(|s| s.ts_ns <= ts);
+            let s = steps.get(k.checked_sub(1)?)?;
+            (ts < s.end_ns).then_some(s.step)
+        };
+        out.push((
+            "cpu_ops",
+            rows_batch("cpu_ops", rank, &self.cpu_ops, &step_of)?,
+        ));
+        out.push((
+            "annotations",
+            rows_batch("annotations", rank, &self.annotations, &step_of)?,
+        ));
+        out.push((
+            "runtime",
+            rows_batch("runtime", rank, &self.runtime, &step_of)?,
+        ));
+        Ok(out)
+    }
+
+    fn threads_batch(&self) -> Result<RecordBatch, ArrowError> {
+        let n = self.threads.len();
+        let (mut pid, mut tid, mut thread, mut process) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for ((p, t), (thread_name, process_name)) in &self.threads {
+            pid.push(p.as_deref());
+            tid.push(t.as_deref());
+            thread.push(thread_name.as_deref());
+            process.push(process_name.as_deref());
+        }
+        RecordBatch::try_new(
+            table_schema("threads"),
+            vec![
+                Arc::new(Int32Array::from_value(self.rank, n)),
+                Arc::new(StringArray::from(pid)),
+                Arc::new(StringArray::from(tid)),
+                Arc::new(StringArray::from(thread)),
+                Arc::new(StringArray::from(process)),
+            ],
+        )
+    }
+}
+
+fn steps_batch(
+    rank: i32,
+    steps: &[Step],
+    synthetic: bool,
+    cut: CutShort,
+) -> Result<RecordBatch, ArrowError> {
+    let n = steps.len();
+    let dur = |s: &Step| s.end_ns - s.ts_ns;
+    let others_min = steps.iter().take(n.saturating_sub(1)).map(dur).min();
+    let cut_short: Vec<bool> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            i + 1 == n
+                && !synthetic
+                && others_min.is_some_and(|m| {
+                    (dur(s) as i128) * (cut.denominator as i128)
+                        < (cut.numerator as i128) * (m as i128)
+                })
+        })
+        .collect();
+    RecordBatch::try_new(
+        table_schema("steps"),
+        vec![
+            Arc::new(Int32Array::from_value(rank, n)),
+            Arc::new(Int64Array::from_iter_values(steps.iter().map(|s| s.step))),
+            Arc::new(Int64Array::from_iter_values(steps.iter().map(|s| s.ts_ns))),
+            Arc::new(Int64Array::from_iter_values(steps.iter().map(dur))),
+            Arc::new(Int64Array::from_iter_values(steps.iter().map(|s| s.end_ns))),
+            Arc::new(BooleanArray::from(vec![synthetic; n])),
+            Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            Arc::new(BooleanArray::from(cut_short)),
+        ],
+    )
+}
+
+/// One of the event tables from its gathered rows: rank, step, the copied columns, end_ns and
+/// the computed ones, in the table's column order.
+fn rows_batch(
+    table: &str,
+    rank: i32,
+    parts: &[RecordBatch],
+    step_of: &dyn Fn(Option<i64>) -> Option<i64>,
+) -> Result<RecordBatch, ArrowError> {
+    let schema = table_schema(table);
+    if parts.is_empty() {
+        return Ok(RecordBatch::new_empty(schema));
+    }
+    let rows = arrow_select::concat::concat_batches(&parts[0].schema(), parts)?;
+    let n = rows.num_rows();
+    let by = |name: &str| -> ArrayRef {
+        let i = rows.schema().index_of(name).expect("a gathered column");
+        rows.column(i).clone()
+    };
+    let ts = by("ts_ns");
+    let ts = ts.as_any().downcast_ref::<Int64Array>().expect("ts_ns");
+    let dur = by("dur_ns");
+    let dur = dur.as_any().downcast_ref::<Int64Array>().expect("dur_ns");
+    let step: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|i| step_of(geti(ts, i)))));
+    let end: ArrayRef = Arc::new(Int64Array::from_iter(
+        (0..n).map(|i| Some(geti(ts, i)?.saturating_add(geti(dur, i)?))),
+    ));
+    let name = by("name");
+    let names = name.as_any().downcast_ref::<StringArray>().expect("name");
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int32Array::from_value(rank, n)), step];
+    match table {
+        "cpu_ops" => {
+            for c in &CPU_OPS[..5] {
+                columns.push(by(c));
+            }
+            columns.push(end);
+            for c in &CPU_OPS[5..16] {
+                let column = by(c);
+                if *c == "pg_desc" {
+                    let text = column
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .expect("pg_desc");
+                    columns.push(Arc::new(StringArray::from_iter(
+                        (0..n).map(|i| group_desc(get(text, i))),
+                    )));
+                } else {
+                    columns.push(column);
+                }
+            }
+            let collective = by("collective_name");
+            let other = by("other_args");
+            let (collective, other) = (
+                collective
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("collective_name"),
+                other
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("other_args"),
+            );
+            columns.push(Arc::new(Int32Array::from_iter((0..n).map(|i| {
+                let name = get(names, i);
+                (is_p2p_call(name) || collective.is_valid(i))
+                    .then(|| p2p_peer_arg(name, get(other, i)))
+                    .flatten()
+            }))));
+            columns.push(by("group_size"));
+        }
+        "annotations" => {
+            columns.push(name.clone());
+            let cat = by("cat");
+            let cat = cat.as_any().downcast_ref::<StringArray>().expect("cat");
+            columns.push(Arc::new(BooleanArray::from_iter(
+                (0..n).map(|i| get(cat, i).map(|c| c == "gpu_user_annotation")),
+            )));
+            for c in &ANNOTATIONS[2..6] {
+                columns.push(by(c));
+            }
+            columns.push(end);
+            for c in &ANNOTATIONS[6..] {
+                columns.push(by(c));
+            }
+        }
+        "runtime" => {
+            for c in &RUNTIME[..4] {
+                columns.push(by(c));
+            }
+            columns.push(end);
+            for c in &RUNTIME[4..] {
+                columns.push(by(c));
+            }
+            let pattern = sync_pattern();
+            columns.push(Arc::new(BooleanArray::from_iter(
+                (0..n).map(|i| get(names, i).map(|s| pattern.is_match(s))),
+            )));
+        }
+        other => panic!("no native table {other}"),
+    }
+    RecordBatch::try_new(schema, columns)
+}
+
+/// Rows per row group of the table files (as raw_events.parquet's).
+const ROW_GROUP_ROWS: usize = 122_880;
+
+/// Write each table as `<dir>/<table>.parquet` (zstd); returns each table's row count.
+pub fn write_tables(
+    tables: Vec<(&'static str, RecordBatch)>,
+    dir: &Path,
+) -> Result<Vec<(&'static str, usize)>, String> {
+    let mut rows = Vec::new();
+    for (table, batch) in tables {
+        let path = dir.join(format!("{table}.parquet"));
+        let fail = |e: &dyn std::fmt::Display| format!("cannot write {} ({e})", path.display());
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_size(ROW_GROUP_ROWS)
+            .set_created_by("traceanalyze native reader".into())
+            .build();
+        let file = File::create(&path).map_err(|e| fail(&e))?;
+        let mut writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            batch.schema(),
+            Some(props),
+        )
+        .map_err(|e| fail(&e))?;
+        writer.write(&batch).map_err(|e| fail(&e))?;
+        writer.close().map_err(|e| fail(&e))?;
+        rows.push((table, batch.num_rows()));
+    }
+    Ok(rows)
+}
+
+/// The tables of a rank's raw_events.parquet (its first column `rank`, then the `columns`
+/// schema): for rows the map fixed after the read (B/E pairs, a late time base, a Perfetto
+/// trace), which the reader's own pass did not see.
+pub fn tables_of_raw_parquet(
+    raw: &Path,
+    dir: &Path,
+    rank: i32,
+    cut: CutShort,
+) -> Result<Vec<(&'static str, usize)>, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("cannot read {} ({e})", raw.display());
+    let file = File::open(raw).map_err(|e| fail(&e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| fail(&e))?
+        .build()
+        .map_err(|e| fail(&e))?;
+    let columns = crate::columns::schema();
+    let mut tables = RankTables::new(rank);
+    for batch in reader {
+        let batch = batch.map_err(|e| fail(&e))?;
+        // (drop `rank`; the file's columns are the batches' own, by name)
+        let indices: Vec<usize> = columns
+            .fields()
+            .iter()
+            .map(|f| batch.schema().index_of(f.name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| fail(&e))?;
+        let events = RecordBatch::try_new(
+            columns.clone(),
+            indices.iter().map(|&i| batch.column(i).clone()).collect(),
+        )
+        .map_err(|e| fail(&e))?;
+        tables.add(&events).map_err(|e| fail(&e))?;
+    }
+    write_tables(tables.finish(cut).map_err(|e| fail(&e))?, dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_ranks_are_integers_only() {
+        let peer = |a: &str| p2p_peer_arg(Some("record_param_comms"), Some(a));
+        assert_eq!(peer(r#"{"Dst Rank": 3}"#), Some(3));
+        assert_eq!(peer(r#"{"Dst Rank": "3"}"#), Some(3));
+        assert_eq!(peer(r#"{"Dst Rank": "-1"}"#), Some(-1));
+        assert_eq!(peer(r#"{"Dst Rank": 3.0}"#), None);
+        assert_eq!(peer(r#"{"Dst Rank": " 3"}"#), None);
+        assert_eq!(peer(r#"{"Dst Rank": 3000000000}"#), None);
+        assert_eq!(peer(r#"{"Dst Rank": null, "Src Rank": 2}"#), Some(2));
+        assert_eq!(peer(r#"{"Concrete Inputs": ["", "", "5"]}"#), None);
+        assert_eq!(
+            p2p_peer_arg(
+                Some("c10d::send"),
+                Some(r#"{"Concrete Inputs": ["", "", "5"]}"#)
+            ),
+            Some(5)
+        );
+        assert_eq!(peer("not json"), None);
+    }
+
+    #[test]
+    fn step_numbers_and_group_descriptions() {
+        assert_eq!(step_number("ProfilerStep#007"), Some(7));
+        assert_eq!(step_number("ProfilerStep#"), None);
+        assert_eq!(step_number("ProfilerStep#1 "), None);
+        assert_eq!(step_number("ProfilerStep#99999999999999999999"), None);
+        assert_eq!(group_desc(Some(" undefined ")), None);
+        assert_eq!(group_desc(Some("\tundefined")), Some("\tundefined"));
+        assert_eq!(group_desc(Some("mesh_tp")), Some("mesh_tp"));
+    }
+}
