@@ -80,7 +80,7 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None,
                  cpu_s: dict[str, float] | None = None) -> None:
     """Build the derived tables of `files` (default: every one) from raw_events (idempotent).
     `cpu_s`, when given, receives each file's CPU seconds (this process's, DuckDB's threads
-    included) under the file's name without folder and suffix ('30_cpu_ops')."""
+    included) under the file's name without folder and suffix ('87_op_flops')."""
     for name in table_sql_files() if files is None else files:
         t0 = time.process_time()
         con.execute(_sql_text(name))
