@@ -1,0 +1,274 @@
+"""The per-rank tables the native reader builds as it parses (threads, steps, cpu_ops,
+annotations, runtime: native/src/rank_tables.rs) against the rules db/schema.sql states,
+computed here straight from the generated events; the rows the map fixes after the read (B/E
+pairs, a time base written after the events) give the tables of the fixed rows; and the
+reader's peer rank of a send / recv agrees with the SQL macro the kernels table uses."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pytest
+import tracejson as tj
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from traceanalyze import _native
+from traceanalyze import db as tracedb
+from traceanalyze.load import load_trace_dir
+
+TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime")
+SYNC = re.compile(r"(Synchronize|StreamWaitEvent|EventQuery|StreamQuery)", re.IGNORECASE)
+CUT_SHORT = (1, 10)  # tables/00_parameters.sql: cut_short_max_ratio = 0.1
+
+# ---------------------------------------------------------------- the rules, from the events
+
+
+def _text(v) -> str | None:
+    """pid / tid / label as the reader stores them: text, numbers as written."""
+    return None if v is None else str(v)
+
+
+def _group_rank(v) -> int | None:
+    """A rank named by an argument: a JSON integer or a string of digits (a minus first) that an
+    INTEGER holds."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        number = v
+    elif isinstance(v, str) and re.fullmatch(r"-?[0-9]+", v):
+        number = int(v)
+    else:
+        return None
+    return number if -(2**31) <= number < 2**31 else None
+
+
+def peer_of(name, args) -> int | None:
+    if not isinstance(args, dict):
+        return None
+    for key in ("Dst Rank", "Src Rank"):
+        if (r := _group_rank(args.get(key))) is not None:
+            return r
+    concrete = args.get("Concrete Inputs")
+    if name in ("c10d::send", "c10d::recv_") and isinstance(concrete, list) and len(concrete) > 2:
+        return _group_rank(concrete[2])
+    return None
+
+
+def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
+    """Every table as a multiset of rows (the columns compared), from the events themselves
+    (their integer µs as ns)."""
+    events = [{**e, **{k: e[k] * 1000 for k in ("ts", "dur") if isinstance(e.get(k), int)}} for e in events]
+    xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), int)]
+    ok = [e for e in xs if isinstance(e.get("dur"), int) and e["dur"] >= 0]
+    marks: dict[int, tuple[int, int]] = {}
+    for e in ok:
+        m = tj.STEP_NAME.match(e["name"]) if isinstance(e.get("name"), str) else None
+        if m and e.get("cat") != "gpu_user_annotation" and int(m.group(1)) < 2**63:
+            n, lo, hi = int(m.group(1)), e["ts"], e["ts"] + e["dur"]
+            a, b = marks.get(n, (lo, hi))
+            marks[n] = (min(a, lo), max(b, hi))
+    synthetic = not marks
+    if synthetic:  # every complete event but the Trace span (a missing dur counts as 0)
+        spans = [(e["ts"], e["ts"] + (e["dur"] if isinstance(e.get("dur"), int) else 0))
+                 for e in xs if e.get("cat") != "Trace"]
+        if spans:
+            marks = {0: (min(lo for lo, _ in spans), max(hi for _, hi in spans))}
+    ordered = sorted(marks.items(), key=lambda kv: (kv[1][0], kv[0]))
+    durs = [hi - lo for _, (lo, hi) in ordered]
+    steps = Counter()
+    for i, (n, (lo, hi)) in enumerate(ordered):
+        last = i == len(ordered) - 1
+        cut = last and not synthetic and len(ordered) > 1 and \
+            (hi - lo) * CUT_SHORT[1] < CUT_SHORT[0] * min(durs[:-1])
+        steps[(rank, n, lo, hi - lo, hi, synthetic, i, cut)] += 1
+    starts = [lo for _, (lo, _) in ordered]
+
+    def step_of(ts: int) -> int | None:
+        i = max((k for k, s in enumerate(starts) if s <= ts), default=None)
+        return ordered[i][0] if i is not None and ts < ordered[i][1][1] else None
+
+    threads: dict[tuple, list] = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") in ("thread_name", "process_name"):
+            names = threads.setdefault((_text(e.get("pid")), _text(e.get("tid"))), [None, None])
+            label = tj.args(e).get("name")
+            slot = 0 if e["name"] == "thread_name" else 1
+            if isinstance(label, str) and (names[slot] is None or label.encode() < names[slot].encode()):
+                names[slot] = label
+    out = {"steps": steps, "threads": Counter((rank, *k, *v) for k, v in threads.items())}
+    out["cpu_ops"] = Counter(
+        (rank, step_of(e["ts"]), e.get("name"), _text(e.get("pid")), _text(e.get("tid")), e["ts"], e["dur"],
+         e["ts"] + e["dur"],
+         peer_of(e.get("name"), e.get("args"))
+         if e.get("name") in ("c10d::send", "c10d::recv_") or tj.args(e).get("Collective name") is not None else None)
+        for e in ok if e.get("cat") in ("cpu_op", "Operator"))
+    out["annotations"] = Counter(
+        (rank, step_of(e["ts"]), e["name"], e["cat"] == "gpu_user_annotation", e["ts"], e["dur"])
+        for e in ok if e.get("cat") in ("user_annotation", "gpu_user_annotation")
+        and isinstance(e.get("name"), str) and not e["name"].startswith("ProfilerStep#"))
+    out["runtime"] = Counter(
+        (rank, step_of(e["ts"]), e.get("name"), e["ts"], e["dur"],
+         None if e.get("name") is None else bool(SYNC.search(e["name"])))
+        for e in ok if e.get("cat") in ("cuda_runtime", "Runtime", "cuda_driver"))
+    return out
+
+
+COLUMNS = {
+    "threads": "rank, pid, tid, thread_name, process_name",
+    "steps": "rank, step, ts_ns, dur_ns, end_ns, synthetic, step_index, cut_short",
+    "cpu_ops": "rank, step, name, pid, tid, ts_ns, dur_ns, end_ns, peer_group_rank",
+    "annotations": "rank, step, name, on_gpu, ts_ns, dur_ns",
+    "runtime": "rank, step, name, ts_ns, dur_ns, is_sync",
+}
+
+
+def tables_in(con: duckdb.DuckDBPyConnection, source) -> dict[str, Counter]:
+    """`source(table)`: the SQL relation of a table; its rows as multisets of COLUMNS."""
+    return {t: Counter(con.execute(f"SELECT {COLUMNS[t]} FROM {source(t)}").fetchall()) for t in TABLES}
+
+
+# ---------------------------------------------------------------- generated events
+
+names = st.sampled_from([
+    "ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#2", "ProfilerStep#007", "ProfilerStep#x", "ProfilerStep#",
+    "ProfilerStep#99999999999999999999", "aten::mm", "c10d::send", "c10d::recv_", "record_param_comms",
+    "cudaLaunchKernel", "cudaDeviceSynchronize", "CUDAEVENTQUERY", "cudaStreamſynchronize", "gloo:all_reduce",
+    "enumerate(DataLoader)", "thread_name", "process_name", "",
+])
+ranks_arg = st.one_of(st.integers(-3, 8), st.integers(2**31 - 2, 2**31 + 1), st.sampled_from(
+    ["3", "-1", " 3", "3.0", "+2", "007", "x", True, None, 2.0, [1]]))
+args = st.fixed_dictionaries({}, optional={
+    "Dst Rank": ranks_arg, "Src Rank": ranks_arg, "Concrete Inputs": st.lists(ranks_arg, max_size=4),
+    "Collective name": st.sampled_from(["send", "recv", "allreduce"]), "name": st.text(max_size=4),
+    "Process Group Description": st.sampled_from(["undefined", " undefined ", "\tundefined", "mesh_tp", ""]),
+})
+event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "X", "X", "X", "M", "i"])}, optional={
+    "cat": st.sampled_from(["cpu_op", "Operator", "user_annotation", "gpu_user_annotation", "cuda_runtime",
+                            "Runtime", "cuda_driver", "kernel", "Trace", None]),
+    "name": st.one_of(names, st.none()),
+    "pid": st.one_of(st.integers(0, 2), st.sampled_from(["a", "b"])),
+    "tid": st.one_of(st.integers(0, 2), st.sampled_from(["t", "u"])),
+    "ts": st.integers(0, 1000),
+    "dur": st.one_of(st.integers(0, 300), st.integers(-5, -1)),
+    "args": args,
+})
+
+
+@pytest.fixture(scope="module")
+def schema():
+    """A database with the documented (empty) tables."""
+    with duckdb.connect() as con:
+        tracedb.create_schema(con)
+        yield con
+
+
+def _reader_tables(con, tmp: Path, events: list[dict], rank: int) -> dict[str, Counter]:
+    trace = tj.write_trace(tmp / "rank.json", {}, events)
+    out = tmp / "shard"
+    out.mkdir()
+    got = _native.write_raw_events_parquet(str(trace), str(out / "raw_events.parquet"), rank,
+                                           tables_dir=str(out), cut_short=CUT_SHORT)
+    assert sorted(got["tables"]) == sorted(TABLES)
+    for t in TABLES:  # (into the schema's tables: the files have the documented columns and types)
+        con.execute(f"DELETE FROM {t}")
+        con.execute(f"INSERT INTO {t} BY NAME SELECT * FROM read_parquet('{out / t}.parquet')")
+        assert con.execute(f"DESCRIBE SELECT * FROM read_parquet('{out / t}.parquet')").fetchall() \
+            == con.execute(f"DESCRIBE {t}").fetchall()
+    found = tables_in(con, lambda t: t)
+    assert got["tables"] == {t: sum(found[t].values()) for t in TABLES}
+    return found
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(events=st.lists(event, max_size=30), rank=st.integers(0, 5))
+@example(events=[  # two steps, the last one cut short; an op in each, one after the steps
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "ts": 100, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 103, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 400, "dur": 1},
+], rank=1)
+def test_the_reader_builds_the_tables_the_schema_states(schema, tmp_path_factory, events, rank):
+    tmp = tmp_path_factory.mktemp("native")
+    assert _reader_tables(schema, tmp, events, rank) == expected_tables(events, rank)
+
+
+def test_a_named_trace_gives_every_table_its_rows(schema, tmp_path):
+    """A small trace with each kind of row: the counts and the steps, by hand."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}},
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 8, "args": {"name": "python3"}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 7, "tid": 8, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#6", "pid": 7, "tid": 8, "ts": 100, "dur": 90},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 7, "tid": 8, "ts": 120, "dur": 10,
+         "args": {"Concrete Inputs": ["", "", "3"]}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "forward", "pid": 0, "tid": 7, "ts": 50, "dur": 10},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 7, "tid": 8, "ts": 60, "dur": 1},
+    ]
+    got = _reader_tables(schema, tmp_path, events, 2)
+    assert got["threads"] == Counter({(2, "7", "8", "main", "python3"): 1})
+    # ProfilerStep#6 (90 us) is not under a tenth of #5 (100 us): not cut short
+    assert got["steps"] == Counter({(2, 5, 0, 100_000, 100_000, False, 0, False): 1,
+                                    (2, 6, 100_000, 90_000, 190_000, False, 1, False): 1})
+    assert got["cpu_ops"] == Counter({(2, 6, "c10d::send", "7", "8", 120_000, 10_000, 130_000, 3): 1})
+    assert got["annotations"] == Counter({(2, 5, "forward", True, 50_000, 10_000): 1})
+    assert got["runtime"] == Counter({(2, 5, "cudaStreamSynchronize", 60_000, 1_000, True): 1})
+
+
+# ---------------------------------------------------------------- rows fixed by the map
+
+
+def test_begin_end_pairs_and_a_late_time_base_reach_the_tables(tmp_path):
+    """B/E pairs become complete events, and a baseTimeNanoseconds followed by 100 KB of other keys
+    (beyond the reader's peek at the file's end) shifts every time: the tables are those of the
+    fixed rows."""
+    base = 1_700_000_000_000_000_000
+    events = [{"ph": "B", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0},
+              {"ph": "B", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10},
+              {"ph": "E", "pid": 1, "tid": 1, "ts": 30},
+              {"ph": "E", "pid": 1, "tid": 1, "ts": 100}]
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "rank0.json").write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": base,
+                                                   "padding": "x" * 100_000}))
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(folder, db, reuse=False)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT step, ts_ns, dur_ns, synthetic FROM steps").fetchall() == \
+            [(1, base, 100_000, False)]
+        assert con.execute("SELECT step, name, ts_ns, dur_ns FROM cpu_ops").fetchall() == \
+            [(1, "aten::mm", base + 10_000, 20_000)]
+
+
+# ---------------------------------------------------------------- one reading of a peer rank
+
+@pytest.fixture(scope="module")
+def macros():
+    with duckdb.connect() as con:
+        tracedb.create_macros(con)
+        yield con
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.integers(-3, 3),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(alphabet="0123456789-+ .e_x", max_size=6)),
+    lambda inner: st.lists(inner, max_size=3), max_leaves=4)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["c10d::send", "c10d::recv_", "record_param_comms", None]),
+       other=st.one_of(st.fixed_dictionaries({}, optional={"Dst Rank": json_values, "Src Rank": json_values,
+                                                            "Concrete Inputs": json_values}),
+                       json_values))
+@example(name="c10d::send", other={"Dst Rank": "2147483648", "Concrete Inputs": ["", "", "-7"]})
+def test_the_reader_and_the_sql_macro_read_a_peer_rank_alike(macros, name, other):
+    text = json.dumps(other)
+    (sql,) = macros.execute("SELECT p2p_peer_arg(?, ?)", [name, text]).fetchone()
+    assert _native.p2p_peer_arg(name, text) == sql == peer_of(name, other)
