@@ -96,6 +96,19 @@ pub struct TablesOut<'a> {
     pub cut: CutShort,
 }
 
+/// How the reader writes a Parquet file: `codec`, row groups of ROW_GROUP_ROWS, no dictionary
+/// for the columns `no_dictionary` names (those with nearly one value per row).
+pub fn properties(codec: Codec, no_dictionary: &[&str]) -> WriterProperties {
+    let mut builder = WriterProperties::builder()
+        .set_compression(codec.compression())
+        .set_max_row_group_size(ROW_GROUP_ROWS)
+        .set_created_by("traceanalyze native reader".into());
+    for column in no_dictionary {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
+    }
+    builder.build()
+}
+
 /// The file's schema: `rank` INTEGER, then the batches' columns.
 pub fn parquet_schema() -> SchemaRef {
     let mut fields = vec![Field::new("rank", DataType::Int32, true)];
@@ -162,14 +175,7 @@ fn write_inner(
     }
     let schema = parquet_schema();
     let file = File::create(out).map_err(|e| io_error("the Parquet file", out, e))?;
-    let mut builder = WriterProperties::builder()
-        .set_compression(codec.compression())
-        .set_max_row_group_size(ROW_GROUP_ROWS)
-        .set_created_by("traceanalyze native reader".into());
-    for column in NO_DICTIONARY {
-        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
-    }
-    let props = builder.build();
+    let props = properties(codec, NO_DICTIONARY);
     let mut writer = ArrowWriter::try_new(
         BufWriter::with_capacity(1 << 20, file),
         schema.clone(),
