@@ -23,3 +23,28 @@ class TraceReader:
 
 def checked_metadata(raw: str) -> str | None: ...
 def columns() -> list[str]: ...
+def write_raw_events_parquet(
+    path: str,
+    out: str,
+    rank: int,
+    threads: int = 0,
+    block_bytes: int = 8 << 20,
+    max_expansion: int = 400,
+    min_allowance_bytes: int = 512 << 20,
+    max_metadata_value_bytes: int = 64 << 20,
+    max_item_bytes: int = 1 << 30,
+    compression: str = "zstd",
+    tables_dir: str | None = None,
+    cut_short: tuple[int, int] = (1, 10),
+) -> dict[str, Any]:
+    """The trace's events as the Parquet file `out` (and, with `tables_dir`, its one-pass tables
+    there); result() keys plus rows, row_groups, begin_end_rows, parquet_bytes, parse_s,
+    write_s, base_scan_s, tables_s, tables {table: rows}."""
+
+def rank_tables_of_parquet(raw: str, tables_dir: str, rank: int, cut_short: tuple[int, int] = (1, 10)) -> dict[str, int]:
+    """The one-pass tables of a rank's raw_events.parquet, written into `tables_dir`."""
+
+def p2p_peer_arg(name: str | None, other_args: str | None) -> int | None: ...
+def arg_fields() -> list[tuple[str, str, str]]: ...
+def arg_aliases() -> list[tuple[str, list[str]]]: ...
+def pftrace_head_metadata(head: bytes) -> list[tuple[str, str]] | None: ...
