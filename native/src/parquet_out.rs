@@ -17,7 +17,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
-use crate::rank_tables::{write_tables, CutShort, RankTables, TABLES};
+use crate::rank_tables::{CutShort, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
 
@@ -220,13 +220,12 @@ fn write_inner(
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
-            let built = tables
-                .finish(to.cut)
-                .map_err(|e| io_error("the tables of", out, e))?;
-            stats.tables = write_tables(built, to.dir).map_err(|message| TraceError {
-                message,
-                offset: None,
-            })?;
+            stats.tables = tables
+                .finish(to.cut, to.dir)
+                .map_err(|message| TraceError {
+                    message,
+                    offset: None,
+                })?;
             stats.tables_s += t.elapsed().as_secs_f64();
         }
     }

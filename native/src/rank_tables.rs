@@ -424,33 +424,42 @@ impl RankTables {
         (steps, synthetic)
     }
 
-    /// Every table as a record batch (rows of cpu_ops, annotations and runtime in file order).
-    pub fn finish(self, cut: CutShort) -> Result<Vec<(&'static str, RecordBatch)>, ArrowError> {
+    /// Write every table as `<dir>/<table>.parquet` (rows of cpu_ops, annotations and runtime
+    /// in file order, converted one gathered part at a time); returns each table's row count.
+    pub fn finish(self, cut: CutShort, dir: &Path) -> Result<Vec<(&'static str, usize)>, String> {
         let (steps, synthetic) = self.steps();
         let rank = self.rank;
-        let mut out = vec![
-            ("threads", self.threads_batch()?),
-            ("steps", steps_batch(rank, &steps, synthetic, cut)?),
-        ];
         let step_of = |ts: Option<i64>| -> Option<i64> {
             let ts = ts?;
             let k = steps.partition_point(|s| s.ts_ns <= ts);
             let s = steps.get(k.checked_sub(1)?)?;
             (ts < s.end_ns).then_some(s.step)
         };
-        out.push((
-            "cpu_ops",
-            rows_batch("cpu_ops", rank, &self.cpu_ops, &step_of)?,
-        ));
-        out.push((
-            "annotations",
-            rows_batch("annotations", rank, &self.annotations, &step_of)?,
-        ));
-        out.push((
-            "runtime",
-            rows_batch("runtime", rank, &self.runtime, &step_of)?,
-        ));
-        Ok(out)
+        let mut rows = vec![
+            write_table("threads", dir, std::iter::once(self.threads_batch()))?,
+            write_table(
+                "steps",
+                dir,
+                std::iter::once(steps_batch(rank, &steps, synthetic, cut)),
+            )?,
+        ];
+        let RankTables {
+            cpu_ops,
+            annotations,
+            runtime,
+            ..
+        } = self;
+        for (table, parts) in [
+            ("cpu_ops", cpu_ops),
+            ("annotations", annotations),
+            ("runtime", runtime),
+        ] {
+            let batches = parts
+                .into_iter()
+                .map(|part| rows_batch(table, rank, &part, &step_of));
+            rows.push(write_table(table, dir, batches)?);
+        }
+        Ok(rows)
     }
 
     fn threads_batch(&self) -> Result<RecordBatch, ArrowError> {
@@ -516,19 +525,15 @@ fn steps_batch(
     )
 }
 
-/// One of the event tables from its gathered rows: rank, step, the copied columns, end_ns and
-/// the computed ones, in the table's column order.
+/// One part of an event table from a part of its gathered rows: rank, step, the copied columns,
+/// end_ns and the computed ones, in the table's column order.
 fn rows_batch(
     table: &str,
     rank: i32,
-    parts: &[RecordBatch],
+    rows: &RecordBatch,
     step_of: &dyn Fn(Option<i64>) -> Option<i64>,
 ) -> Result<RecordBatch, ArrowError> {
     let schema = table_schema(table);
-    if parts.is_empty() {
-        return Ok(RecordBatch::new_empty(schema));
-    }
-    let rows = arrow_select::concat::concat_batches(&parts[0].schema(), parts)?;
     let n = rows.num_rows();
     let by = |name: &str| -> ArrayRef {
         let i = rows.schema().index_of(name).expect("a gathered column");
@@ -622,28 +627,30 @@ fn rows_batch(
 /// dropped (it doubled cpu_ops.parquet of a 200 MB CPU trace, 2.6 -> 5.4 MB).
 const NO_DICTIONARY: &[&str] = &["ts_ns", "end_ns", "external_id", "correlation"];
 
-/// Write each table as `<dir>/<table>.parquet` (zstd); returns each table's row count.
-pub fn write_tables(
-    tables: Vec<(&'static str, RecordBatch)>,
+/// Write `batches` as `<dir>/<table>.parquet` (zstd, the table's schema; no rows: an empty
+/// file); returns the table's row count.
+fn write_table(
+    table: &'static str,
     dir: &Path,
-) -> Result<Vec<(&'static str, usize)>, String> {
-    let mut rows = Vec::new();
-    for (table, batch) in tables {
-        let path = dir.join(format!("{table}.parquet"));
-        let fail = |e: &dyn std::fmt::Display| format!("cannot write {} ({e})", path.display());
-        let props = properties(Codec::Zstd, NO_DICTIONARY);
-        let file = File::create(&path).map_err(|e| fail(&e))?;
-        let mut writer = ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
-            batch.schema(),
-            Some(props),
-        )
-        .map_err(|e| fail(&e))?;
+    batches: impl Iterator<Item = Result<RecordBatch, ArrowError>>,
+) -> Result<(&'static str, usize), String> {
+    let path = dir.join(format!("{table}.parquet"));
+    let fail = |e: &dyn std::fmt::Display| format!("cannot write {} ({e})", path.display());
+    let file = File::create(&path).map_err(|e| fail(&e))?;
+    let mut writer = ArrowWriter::try_new(
+        BufWriter::with_capacity(1 << 20, file),
+        table_schema(table),
+        Some(properties(Codec::Zstd, NO_DICTIONARY)),
+    )
+    .map_err(|e| fail(&e))?;
+    let mut rows = 0;
+    for batch in batches {
+        let batch = batch.map_err(|e| fail(&e))?;
+        rows += batch.num_rows();
         writer.write(&batch).map_err(|e| fail(&e))?;
-        writer.close().map_err(|e| fail(&e))?;
-        rows.push((table, batch.num_rows()));
     }
-    Ok(rows)
+    writer.close().map_err(|e| fail(&e))?;
+    Ok((table, rows))
 }
 
 /// The tables of a rank's raw_events.parquet (its first column `rank`, then the `columns`
@@ -679,7 +686,7 @@ pub fn tables_of_raw_parquet(
         .map_err(|e| fail(&e))?;
         tables.add(&events).map_err(|e| fail(&e))?;
     }
-    write_tables(tables.finish(cut).map_err(|e| fail(&e))?, dir)
+    tables.finish(cut, dir)
 }
 
 #[cfg(test)]
