@@ -7,6 +7,7 @@
 
 pub mod columns;
 pub mod events;
+pub mod gathered;
 pub mod parquet_out;
 pub mod pftrace;
 #[cfg(feature = "python")]

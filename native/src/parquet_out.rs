@@ -17,6 +17,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
+use crate::gathered::SPILL_BYTES;
 use crate::rank_tables::{CutShort, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
@@ -154,7 +155,7 @@ fn write_inner(
     tables_out: Option<TablesOut>,
 ) -> Result<(Outcome, WriteStats), TraceError> {
     let mut stats = WriteStats::default();
-    let mut tables = tables_out.map(|_| RankTables::new(rank));
+    let mut tables = tables_out.map(|to| RankTables::new(rank, Some((to.dir, SPILL_BYTES))));
     let started = Instant::now();
     let mut parser = TraceParser::open(path, limits.clone())?;
     if parser.outcome.gzip {

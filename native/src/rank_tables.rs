@@ -31,6 +31,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::columns::COLUMNS;
+use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
 use crate::parquet_out::{properties, Codec};
 
 /// The tables this module builds, in the order they are written.
@@ -193,9 +194,9 @@ pub struct RankTables {
     marks: BTreeMap<i64, (i64, i64)>,
     /// (first start, last end) of the complete events but the Trace span
     window: Option<(i64, i64)>,
-    cpu_ops: Vec<RecordBatch>,
-    annotations: Vec<RecordBatch>,
-    runtime: Vec<RecordBatch>,
+    cpu_ops: Gathered,
+    annotations: Gathered,
+    runtime: Gathered,
 }
 
 fn strings(batch: &RecordBatch, name: &str) -> StringArray {
@@ -290,15 +291,19 @@ fn project(batch: &RecordBatch, names: &[&str]) -> Result<RecordBatch, ArrowErro
 }
 
 impl RankTables {
-    pub fn new(rank: i32) -> RankTables {
+    /// The tables of rank `rank`; with `spill`, each event table's rows past `spill.1` bytes
+    /// wait in a file in the folder `spill.0` (gathered.rs) instead of memory.
+    pub fn new(rank: i32, spill: Option<(&Path, usize)>) -> RankTables {
+        let gathered =
+            |table: &str| Gathered::new(spill.map(|(dir, bound)| (spill_path(dir, table), bound)));
         RankTables {
             rank,
             threads: BTreeMap::new(),
             marks: BTreeMap::new(),
             window: None,
-            cpu_ops: Vec::new(),
-            annotations: Vec::new(),
-            runtime: Vec::new(),
+            cpu_ops: gathered("cpu_ops"),
+            annotations: gathered("annotations"),
+            runtime: gathered("runtime"),
         }
     }
 
@@ -385,16 +390,16 @@ impl RankTables {
             let mut names: Vec<&str> = CPU_OPS.to_vec();
             names.push("other_args");
             let rows = filter_record_batch(&project(batch, &names)?, &BooleanArray::from(cpu))?;
-            self.cpu_ops.push(rows);
+            self.cpu_ops.push(rows)?;
         }
         if any_ann {
             let rows =
                 filter_record_batch(&project(batch, ANNOTATIONS)?, &BooleanArray::from(ann))?;
-            self.annotations.push(rows);
+            self.annotations.push(rows)?;
         }
         if any_run {
             let rows = filter_record_batch(&project(batch, RUNTIME)?, &BooleanArray::from(run))?;
-            self.runtime.push(rows);
+            self.runtime.push(rows)?;
         }
         Ok(())
     }
@@ -454,9 +459,11 @@ impl RankTables {
             ("annotations", annotations),
             ("runtime", runtime),
         ] {
+            let fail = |e: ArrowError| format!("cannot gather the rows of {table} ({e})");
             let batches = parts
-                .into_iter()
-                .map(|part| rows_batch(table, rank, &part, &step_of));
+                .into_parts()
+                .map_err(fail)?
+                .map(|part| rows_batch(table, rank, &part?, &step_of));
             rows.push(write_table(table, dir, batches)?);
         }
         Ok(rows)
@@ -669,7 +676,7 @@ pub fn tables_of_raw_parquet(
         .build()
         .map_err(|e| fail(&e))?;
     let columns = crate::columns::schema();
-    let mut tables = RankTables::new(rank);
+    let mut tables = RankTables::new(rank, Some((dir, SPILL_BYTES)));
     for batch in reader {
         let batch = batch.map_err(|e| fail(&e))?;
         // (drop `rank`; the file's columns are the batches' own, by name)
@@ -712,6 +719,79 @@ mod tests {
             Some(5)
         );
         assert_eq!(peer("not json"), None);
+    }
+
+    /// Rows spilled to a file give the files rows kept in memory give, and no spill file stays.
+    #[test]
+    fn spilled_rows_give_the_same_tables() {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let base = std::env::temp_dir().join(format!("traceanalyze-tables-{}", std::process::id()));
+        let trace = base.with_extension("json");
+        let mut text = String::from("{\"traceEvents\": [");
+        for i in 0..3000 {
+            let (cat, name) = match i % 4 {
+                0 => ("cpu_op", "aten::mm".to_string()),
+                1 => ("user_annotation", format!("ProfilerStep#{}", i / 400)),
+                2 => ("cuda_runtime", "cudaStreamSynchronize".to_string()),
+                _ => ("user_annotation", "forward".to_string()),
+            };
+            let sep = if i > 0 { "," } else { "" };
+            text.push_str(&format!(
+                "{sep}{{\"ph\": \"X\", \"cat\": \"{cat}\", \"name\": \"{name}\", \"pid\": 1, \"tid\": 1, \"ts\": {i}, \"dur\": 3}}"
+            ));
+        }
+        text.push_str("]}");
+        std::fs::write(&trace, text).unwrap();
+        let limits = crate::Limits {
+            block_bytes: 1 << 12,
+            ..crate::Limits::default()
+        };
+        let (batches, _) = crate::read_all(&trace, limits).unwrap();
+        assert!(batches.len() > 3);
+        let cut = CutShort {
+            numerator: 1,
+            denominator: 10,
+        };
+        let mut files = Vec::new();
+        for (k, spill) in [(0, false), (1, true)] {
+            let dir = base.join(k.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut tables = RankTables::new(0, spill.then_some((dir.as_path(), 1)));
+            for b in &batches {
+                tables.add(b).unwrap();
+            }
+            assert_eq!(tables.cpu_ops.spilled(), spill);
+            tables.finish(cut, &dir).unwrap();
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            assert_eq!(names.len(), TABLES.len(), "{names:?}"); // (no spill file left)
+            let rows: Vec<Vec<RecordBatch>> = TABLES
+                .iter()
+                .map(|t| {
+                    let f = File::open(dir.join(format!("{t}.parquet"))).unwrap();
+                    ParquetRecordBatchReaderBuilder::try_new(f)
+                        .unwrap()
+                        .build()
+                        .unwrap()
+                        .map(|b| b.unwrap())
+                        .collect()
+                })
+                .collect();
+            files.push(rows);
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+        std::fs::remove_file(&trace).unwrap();
+        let concat = |t: &str, parts: &Vec<RecordBatch>| {
+            arrow_select::concat::concat_batches(&table_schema(t), parts).unwrap()
+        };
+        for (t, (a, b)) in TABLES.iter().zip(files[0].iter().zip(&files[1])) {
+            assert_eq!(concat(t, a), concat(t, b), "{t}");
+        }
+        assert_eq!(concat("cpu_ops", &files[0][2]).num_rows(), 750);
+        assert_eq!(concat("steps", &files[0][1]).num_rows(), 8); // ProfilerStep#0 to #7
     }
 
     #[test]
