@@ -36,12 +36,14 @@ def write_raw_events_parquet(
     compression: str = "zstd",
     tables_dir: str | None = None,
     cut_short: tuple[int, int] = (1, 10),
+    scratch_dir: str | None = None,
 ) -> dict[str, Any]:
     """The trace's events as the Parquet file `out` (and, with `tables_dir`, its one-pass tables
     there); result() keys plus rows, row_groups, begin_end_rows, parquet_bytes, parse_s,
     write_s, base_scan_s, tables_s, tables {table: rows}."""
 
-def rank_tables_of_parquet(raw: str, tables_dir: str, rank: int, cut_short: tuple[int, int] = (1, 10)) -> dict[str, int]:
+def rank_tables_of_parquet(raw: str, tables_dir: str, rank: int, cut_short: tuple[int, int] = (1, 10),
+                           scratch_dir: str | None = None) -> dict[str, int]:
     """The one-pass tables of a rank's raw_events.parquet, written into `tables_dir`."""
 
 def p2p_peer_arg(name: str | None, other_args: str | None) -> int | None: ...

@@ -90,10 +90,12 @@ pub struct WriteStats {
     pub tables_s: f64,
 }
 
-/// Where the one-pass tables go (a folder) and the cut-short ratio of their steps.
+/// Where the one-pass tables go (a folder), where their gathered rows may wait (a private
+/// scratch folder, gathered.rs) and the cut-short ratio of their steps.
 #[derive(Clone, Copy, Debug)]
 pub struct TablesOut<'a> {
     pub dir: &'a Path,
+    pub scratch: &'a Path,
     pub cut: CutShort,
 }
 
@@ -155,7 +157,7 @@ fn write_inner(
     tables_out: Option<TablesOut>,
 ) -> Result<(Outcome, WriteStats), TraceError> {
     let mut stats = WriteStats::default();
-    let mut tables = tables_out.map(|to| RankTables::new(rank, Some((to.dir, SPILL_BYTES))));
+    let mut tables = tables_out.map(|to| RankTables::new(rank, Some((to.scratch, SPILL_BYTES))));
     let started = Instant::now();
     let mut parser = TraceParser::open(path, limits.clone())?;
     if parser.outcome.gzip {

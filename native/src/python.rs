@@ -236,13 +236,14 @@ fn value_error(py: Python<'_>, e: &TraceError) -> PyErr {
 /// `tables_dir`, the one-pass tables (threads, steps, cpu_ops, annotations, runtime) are
 /// written there too, their steps cut short below `cut_short` = (numerator, denominator):
 /// `tables` is then {table: rows}, empty when the rows hold B/E pairs (the map fixes those
-/// first and calls `rank_tables_of_parquet`). Raises ValueError (with `.offset`) for a file
+/// first and calls `rank_tables_of_parquet`); rows past 64 MB per table wait in `scratch_dir`
+/// (default `tables_dir`), removed when done. Raises ValueError (with `.offset`) for a file
 /// that is not a readable trace; no file is left then.
 #[pyfunction]
 #[pyo3(signature = (path, out, rank, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
                     min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
                     max_item_bytes = 1 << 30, compression = "zstd", tables_dir = None,
-                    cut_short = (1, 10)))]
+                    cut_short = (1, 10), scratch_dir = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_raw_events_parquet<'py>(
     py: Python<'py>,
@@ -258,8 +259,12 @@ fn write_raw_events_parquet<'py>(
     compression: &str,
     tables_dir: Option<&str>,
     cut_short: (i64, i64),
+    scratch_dir: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cut = cut_of(cut_short)?;
+    let scratch = scratch_dir
+        .or(tables_dir)
+        .map(|d| Path::new(d).to_path_buf());
     let codec = Codec::parse(compression)
         .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
     let limits = limits_of(
@@ -274,7 +279,10 @@ fn write_raw_events_parquet<'py>(
     let dir = tables_dir.map(|d| Path::new(d).to_path_buf());
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            let tables = dir.as_deref().map(|dir| TablesOut { dir, cut });
+            let tables = dir
+                .as_deref()
+                .zip(scratch.as_deref())
+                .map(|(dir, scratch)| TablesOut { dir, scratch, cut });
             write_raw_events(&input, &output, rank, limits, codec, tables)
         }))
         .unwrap_or_else(|p| {
@@ -318,22 +326,24 @@ fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
 /// them: B/E pairs, a late time base, a Perfetto trace) written into `tables_dir`; returns
 /// {table: rows}. Raises ValueError with a one-line message when a file cannot be read or written.
 #[pyfunction]
-#[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10)))]
+#[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10), scratch_dir = None))]
 fn rank_tables_of_parquet<'py>(
     py: Python<'py>,
     raw: &str,
     tables_dir: &str,
     rank: i32,
     cut_short: (i64, i64),
+    scratch_dir: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cut = cut_of(cut_short)?;
     let (raw, dir) = (
         Path::new(raw).to_path_buf(),
         Path::new(tables_dir).to_path_buf(),
     );
+    let scratch = Path::new(scratch_dir.unwrap_or(tables_dir)).to_path_buf();
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            tables_of_raw_parquet(&raw, &dir, rank, cut)
+            tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut)
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });

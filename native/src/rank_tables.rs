@@ -666,6 +666,7 @@ fn write_table(
 pub fn tables_of_raw_parquet(
     raw: &Path,
     dir: &Path,
+    scratch: &Path,
     rank: i32,
     cut: CutShort,
 ) -> Result<Vec<(&'static str, usize)>, String> {
@@ -676,7 +677,7 @@ pub fn tables_of_raw_parquet(
         .build()
         .map_err(|e| fail(&e))?;
     let columns = crate::columns::schema();
-    let mut tables = RankTables::new(rank, Some((dir, SPILL_BYTES)));
+    let mut tables = RankTables::new(rank, Some((scratch, SPILL_BYTES)));
     for batch in reader {
         let batch = batch.map_err(|e| fail(&e))?;
         // (drop `rank`; the file's columns are the batches' own, by name)

@@ -66,7 +66,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         target.mkdir(parents=True, exist_ok=True)
         con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
         try:
-            read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0)
+            read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
             read.stage_s.update(table_stage_s(build_rank_tables(con, [tf])))
             t0 = time.process_time()
             rows, files = write_tables(con, store, tf.rank, target)
@@ -126,12 +126,14 @@ def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: di
     return manifest
 
 
-def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int) -> RankRead:
+def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int,
+                     scratch: Path | None = None) -> RankRead:
     """The rank's events into `raw_path` (raw_events of `con` a view over it), its one-pass
     tables beside it (and into `con`'s tables), and its rows of `ranks`, `pg_configs` and
-    `load_issues`. Bad input raises TraceanalyzeError naming the file."""
+    `load_issues`. `scratch`: the map's private folder (the reader's spilled rows). Bad input
+    raises TraceanalyzeError naming the file."""
     try:
-        read = write_raw_events(con, local, raw_path, threads)
+        read = write_raw_events(con, local, raw_path, threads, scratch)
     except TraceanalyzeError as exc:
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
             raise TraceanalyzeError(exc.problem, tf.url) from None

@@ -73,7 +73,7 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
                 _empty_raw_events(con)
                 try:
                     local = fetched(tf, _folder(work / f"fetch-{tf.rank}"))
-                    read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0)
+                    read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
                 except TraceanalyzeError as exc:  # this rank's trace: it fails alone
                     outcomes[tf.rank] = failed(tf, exc)
                     store.drop_unfinished(tf.rank)

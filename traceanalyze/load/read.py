@@ -90,23 +90,27 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
                     out["lost_bytes"], notes)
 
 
-def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, threads: int = 0) -> RankRead:
+def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, threads: int = 0,
+                     scratch: Path | None = None) -> RankRead:
     """Parse `tf` into the Parquet file `out` (the shard's raw_events.parquet, rank =
     tf.rank) and make `raw_events` of `con` a view over it. Raises TraceFormatError (one line,
     the file and the byte offset) for a file that is not a readable trace; `out` is then gone.
 
     Rows that need a second look (B/E pairs, a time base learned after the events, a Perfetto
-    protobuf trace) are fixed in `con`'s `raw_events` table and written out by DuckDB instead."""
+    protobuf trace) are fixed in `con`'s `raw_events` table and written out by DuckDB instead.
+    The one-pass tables (NATIVE_TABLES) go beside `out`; their rows past 64 MB wait in the
+    private folder `scratch` (default: beside `out`)."""
     if is_protobuf(tf.path):
         read = read_rank(con, tf, threads)
         _copy_out(con, out)
-        _tables_of_fixed_rows(out, tf)
+        _tables_of_fixed_rows(out, tf, scratch)
         return read
     cpu0 = time.process_time()
     try:
         out_dict = _native.write_raw_events_parquet(str(tf.path), str(out), tf.rank, threads=threads,
                                                     block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION,
-                                                    tables_dir=str(out.parent), cut_short=_cut_short())
+                                                    tables_dir=str(out.parent), cut_short=_cut_short(),
+                                                    scratch_dir=str(scratch or out.parent))
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     notes: list[tuple[str, str, int | None]] = list(out_dict["notes"])
@@ -125,17 +129,18 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
         pairs, be_notes = _convert_begin_end(con, tf.rank)
         notes += be_notes
         _copy_out(con, out)
-        _tables_of_fixed_rows(out, tf)
+        _tables_of_fixed_rows(out, tf, scratch)
     con.execute("DROP TABLE raw_events")
     con.execute(f"CREATE VIEW raw_events AS SELECT * FROM {source}")
     return RankRead(metadata, out_dict["events"] - pairs, out_dict["events_bytes"], out_dict["truncated_at_byte"],
                     out_dict["lost_bytes"], notes, stages)
 
 
-def _tables_of_fixed_rows(out: Path, tf: TraceFile) -> None:
+def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> None:
     """The one-pass tables again, from the rows as the map fixed them (the file `out`)."""
     try:
-        _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short())
+        _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
+                                       scratch_dir=str(scratch or out.parent))
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
 
