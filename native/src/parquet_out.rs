@@ -159,6 +159,7 @@ fn write_inner(
     let mut stats = WriteStats::default();
     let mut tables = tables_out.map(|to| RankTables::new(rank, Some((to.scratch, SPILL_BYTES))));
     let started = Instant::now();
+    let limits_threads = limits.threads;
     let mut parser = TraceParser::open(path, limits.clone())?;
     if parser.outcome.gzip {
         // a gzip file's baseTimeNanoseconds (Kineto writes it after the events) cannot be
@@ -223,12 +224,13 @@ fn write_inner(
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
-            stats.tables = tables
-                .finish(to.cut, to.dir)
-                .map_err(|message| TraceError {
-                    message,
-                    offset: None,
-                })?;
+            stats.tables =
+                tables
+                    .finish(to.cut, to.dir, limits_threads != 1)
+                    .map_err(|message| TraceError {
+                        message,
+                        offset: None,
+                    })?;
             stats.tables_s += t.elapsed().as_secs_f64();
         }
     }

@@ -430,8 +430,14 @@ impl RankTables {
     }
 
     /// Write every table as `<dir>/<table>.parquet` (rows of cpu_ops, annotations and runtime
-    /// in file order, converted one gathered part at a time); returns each table's row count.
-    pub fn finish(self, cut: CutShort, dir: &Path) -> Result<Vec<(&'static str, usize)>, String> {
+    /// in file order, converted one gathered part at a time; with `parallel`, the three event
+    /// tables at once); returns each table's row count.
+    pub fn finish(
+        self,
+        cut: CutShort,
+        dir: &Path,
+        parallel: bool,
+    ) -> Result<Vec<(&'static str, usize)>, String> {
         let (steps, synthetic) = self.steps();
         let rank = self.rank;
         let step_of = |ts: Option<i64>| -> Option<i64> {
@@ -454,17 +460,41 @@ impl RankTables {
             runtime,
             ..
         } = self;
-        for (table, parts) in [
-            ("cpu_ops", cpu_ops),
-            ("annotations", annotations),
-            ("runtime", runtime),
-        ] {
+        let write = |(table, parts): (&'static str, Gathered)| {
             let fail = |e: ArrowError| format!("cannot gather the rows of {table} ({e})");
             let batches = parts
                 .into_parts()
                 .map_err(fail)?
                 .map(|part| rows_batch(table, rank, &part?, &step_of));
-            rows.push(write_table(table, dir, batches)?);
+            write_table(table, dir, batches)
+        };
+        let events = [
+            ("cpu_ops", cpu_ops),
+            ("annotations", annotations),
+            ("runtime", runtime),
+        ];
+        if parallel {
+            // (each table on its own thread: the map's SQL tables used every core too)
+            let written: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = events
+                    .into_iter()
+                    .map(|table| scope.spawn(|| write(table)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("a table writer panicked".into()))
+                    })
+                    .collect()
+            });
+            for w in written {
+                rows.push(w?);
+            }
+        } else {
+            for table in events {
+                rows.push(write(table)?);
+            }
         }
         Ok(rows)
     }
@@ -694,7 +724,7 @@ pub fn tables_of_raw_parquet(
         .map_err(|e| fail(&e))?;
         tables.add(&events).map_err(|e| fail(&e))?;
     }
-    tables.finish(cut, dir)
+    tables.finish(cut, dir, false)
 }
 
 #[cfg(test)]
@@ -762,7 +792,7 @@ mod tests {
                 tables.add(b).unwrap();
             }
             assert_eq!(tables.cpu_ops.spilled(), spill);
-            tables.finish(cut, &dir).unwrap();
+            tables.finish(cut, &dir, spill).unwrap();
             let mut names: Vec<String> = std::fs::read_dir(&dir)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
