@@ -67,6 +67,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
         try:
             read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
+            insert_native_tables(con, [target])
             read.stage_s.update(table_stage_s(build_rank_tables(con, [tf])))
             t0 = time.process_time()
             rows, files = write_tables(con, store, tf.rank, target)
@@ -129,8 +130,8 @@ def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: di
 def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int,
                      scratch: Path | None = None) -> RankRead:
     """The rank's events into `raw_path` (raw_events of `con` a view over it), its one-pass
-    tables beside it (and into `con`'s tables), and its rows of `ranks`, `pg_configs` and
-    `load_issues`. `scratch`: the map's private folder (the reader's spilled rows). Bad input
+    tables beside it (insert_native_tables reads them in), and its rows of `ranks`, `pg_configs`
+    and `load_issues`. `scratch`: the map's private folder (the reader's spilled rows). Bad input
     raises TraceanalyzeError naming the file."""
     try:
         read = write_raw_events(con, local, raw_path, threads, scratch)
@@ -138,12 +139,18 @@ def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threa
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
             raise TraceanalyzeError(exc.problem, tf.url) from None
         raise
-    for table in NATIVE_TABLES:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet('{sql_text(raw_path.parent / f'{table}.parquet')}')")
     _insert_rank(con, tf, read)
     _insert_pg_configs(con, tf, read)
     _record_issues(con, tf, read)
     return read
+
+
+def insert_native_tables(con, folders: list[Path]) -> None:
+    """The reader's one-pass tables (read.NATIVE_TABLES) of the ranks whose shard files are in
+    `folders` into `con`'s tables: one statement per table for a whole pack."""
+    for table in NATIVE_TABLES:
+        files = ", ".join(f"'{sql_text(folder / f'{table}.parquet')}'" for folder in folders)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{files}])")
 
 
 def build_rank_tables(con, files: list[TraceFile]) -> dict[str, float]:

@@ -23,8 +23,9 @@ import duckdb
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
-from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, map_rank_locked, open_private_database,
-                                   rank_manifest, read_rank_events, shard_files, sql_text, table_stage_s)
+from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, map_rank_locked,
+                                   open_private_database, rank_manifest, read_rank_events, shard_files, sql_text,
+                                   table_stage_s)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
 from traceanalyze.load.rank_read import RankRead
@@ -84,6 +85,7 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
             paths = ", ".join(f"'{sql_text(target / 'raw_events.parquet')}'" for _, _, target in reads)
             _drop_raw_events(con)
             con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet([{paths}])")
+            insert_native_tables(con, [target for _, _, target in reads])
             tables_s = table_stage_s(build_rank_tables(con, [tf for tf, _, _ in reads]), len(reads))
             written = _write_pack_tables(con, store, reads, work / "parts")
             finished = []
