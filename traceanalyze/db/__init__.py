@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import re
 import time
@@ -89,9 +90,10 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None,
             cpu_s[stem] = cpu_s.get(stem, 0.0) + time.process_time() - t0
 
 
+@functools.lru_cache(maxsize=None)
 def parameter(name: str) -> Decimal:
     """A named threshold of tables/00_parameters.sql (`SET VARIABLE name = number;`), for the
-    tables the native reader builds."""
+    tables the native reader builds (read once per process, not once per rank)."""
     found = re.search(rf"^SET VARIABLE {re.escape(name)} = ([0-9.]+);", _sql_text(PARAMETERS_FILE), re.MULTILINE)
     if found is None:
         raise KeyError(name)
