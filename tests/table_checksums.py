@@ -22,6 +22,9 @@ by time: a wait inside a range is no longer that range's phase, `step_phases.idl
 `pipeline_ranks`, `source`; `step_lateness` names where the lateness starts, `start_late_ns`;
 process groups' dimensions from decisive operations first) changed phase_intervals,
 step_phases and every table built on them, and was written again by the same command.
+SCHEMA_VERSION 15 added `cpu_ops.self_ns` and `annotations.self_ns` (built by the native reader;
+step_regions reads them): every table of every folder hashed without those two columns gave the
+previous reference's checksums, and the file was then written again by the same command.
 """
 
 from __future__ import annotations

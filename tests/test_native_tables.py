@@ -59,6 +59,34 @@ def peer_of(name, args) -> int | None:
     return None
 
 
+def self_times(rows: list[dict]) -> list[int]:
+    """Each row's exclusive time, by the schema's rule, pair by pair: its duration less the union
+    of the other rows of its thread (pid, tid) that start and end within it; of two rows with the
+    same span the later in (name bytes, NULL last; then file order) is inside the earlier."""
+    def order(k: int) -> tuple:
+        name = rows[k].get("name")
+        return (name is None, (name or "").encode(), k)
+
+    out = []
+    for i, r in enumerate(rows):
+        lo, hi = r["ts"], r["ts"] + r["dur"]
+        inside = sorted(
+            (s["ts"], s["ts"] + s["dur"]) for k, s in enumerate(rows)
+            if k != i and _text(s.get("pid")) == _text(r.get("pid")) and _text(s.get("tid")) == _text(r.get("tid"))
+            and lo <= s["ts"] and s["ts"] + s["dur"] <= hi
+            and (s["ts"] > lo or s["ts"] + s["dur"] < hi or order(k) > order(i)))
+        covered, reach = 0, None
+        for a, b in inside:  # the union's length
+            if reach is None or a > reach:
+                covered += b - a
+                reach = b
+            elif b > reach:
+                covered += b - reach
+                reach = b
+        out.append(hi - lo - covered)
+    return out
+
+
 def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
     """Every table as a multiset of rows (the columns compared), from the events themselves
     (their integer µs as ns)."""
@@ -101,16 +129,19 @@ def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
             if isinstance(label, str) and (names[slot] is None or label.encode() < names[slot].encode()):
                 names[slot] = label
     out = {"steps": steps, "threads": Counter((rank, *k, *v) for k, v in threads.items())}
+    ops = [e for e in ok if e.get("cat") in ("cpu_op", "Operator")]
+    ops_self = self_times(ops)
     out["cpu_ops"] = Counter(
         (rank, step_of(e["ts"]), e.get("name"), _text(e.get("pid")), _text(e.get("tid")), e["ts"], e["dur"],
-         e["ts"] + e["dur"],
+         e["ts"] + e["dur"], own,
          peer_of(e.get("name"), e.get("args"))
          if e.get("name") in ("c10d::send", "c10d::recv_") or tj.args(e).get("Collective name") is not None else None)
-        for e in ok if e.get("cat") in ("cpu_op", "Operator"))
+        for e, own in zip(ops, ops_self))
+    ranges = [e for e in ok if e.get("cat") in ("user_annotation", "gpu_user_annotation")
+              and isinstance(e.get("name"), str) and not e["name"].startswith("ProfilerStep#")]
     out["annotations"] = Counter(
-        (rank, step_of(e["ts"]), e["name"], e["cat"] == "gpu_user_annotation", e["ts"], e["dur"])
-        for e in ok if e.get("cat") in ("user_annotation", "gpu_user_annotation")
-        and isinstance(e.get("name"), str) and not e["name"].startswith("ProfilerStep#"))
+        (rank, step_of(e["ts"]), e["name"], e["cat"] == "gpu_user_annotation", e["ts"], e["dur"], own)
+        for e, own in zip(ranges, self_times(ranges)))
     out["runtime"] = Counter(
         (rank, step_of(e["ts"]), e.get("name"), e["ts"], e["dur"],
          None if e.get("name") is None else bool(SYNC.search(e["name"])))
@@ -121,8 +152,8 @@ def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
 COLUMNS = {
     "threads": "rank, pid, tid, thread_name, process_name",
     "steps": "rank, step, ts_ns, dur_ns, end_ns, synthetic, step_index, cut_short",
-    "cpu_ops": "rank, step, name, pid, tid, ts_ns, dur_ns, end_ns, peer_group_rank",
-    "annotations": "rank, step, name, on_gpu, ts_ns, dur_ns",
+    "cpu_ops": "rank, step, name, pid, tid, ts_ns, dur_ns, end_ns, self_ns, peer_group_rank",
+    "annotations": "rank, step, name, on_gpu, ts_ns, dur_ns, self_ns",
     "runtime": "rank, step, name, ts_ns, dur_ns, is_sync",
 }
 
@@ -194,6 +225,18 @@ def _reader_tables(con, tmp: Path, events: list[dict], rank: int) -> dict[str, C
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 103, "dur": 1},
     {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 400, "dur": 1},
 ], rank=1)
+@example(events=[  # nesting: two overlapping children, a grandchild, twins, a child ending late, another thread
+    {"ph": "X", "cat": "cpu_op", "name": "parent", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 10, "dur": 30},
+    {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 30, "dur": 30},
+    {"ph": "X", "cat": "cpu_op", "name": "d", "pid": 1, "tid": 1, "ts": 20, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "twin", "pid": 1, "tid": 1, "ts": 70, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "twin", "pid": 1, "tid": 1, "ts": 70, "dur": 10},
+    {"ph": "X", "cat": "cpu_op", "name": "late", "pid": 1, "tid": 1, "ts": 90, "dur": 11},
+    {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 2, "ts": 10, "dur": 30},
+    {"ph": "X", "cat": "user_annotation", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+    {"ph": "X", "cat": "user_annotation", "name": "inner", "pid": 1, "tid": 1, "ts": 5, "dur": 5},
+], rank=0)
 def test_the_reader_builds_the_tables_the_schema_states(schema, tmp_path_factory, events, rank):
     tmp = tmp_path_factory.mktemp("native")
     assert _reader_tables(schema, tmp, events, rank) == expected_tables(events, rank)
@@ -216,9 +259,28 @@ def test_a_named_trace_gives_every_table_its_rows(schema, tmp_path):
     # ProfilerStep#6 (90 us) is not under a tenth of #5 (100 us): not cut short
     assert got["steps"] == Counter({(2, 5, 0, 100_000, 100_000, False, 0, False): 1,
                                     (2, 6, 100_000, 90_000, 190_000, False, 1, False): 1})
-    assert got["cpu_ops"] == Counter({(2, 6, "c10d::send", "7", "8", 120_000, 10_000, 130_000, 3): 1})
-    assert got["annotations"] == Counter({(2, 5, "forward", True, 50_000, 10_000): 1})
+    assert got["cpu_ops"] == Counter({(2, 6, "c10d::send", "7", "8", 120_000, 10_000, 130_000, 10_000, 3): 1})
+    assert got["annotations"] == Counter({(2, 5, "forward", True, 50_000, 10_000, 10_000): 1})
     assert got["runtime"] == Counter({(2, 5, "cudaStreamSynchronize", 60_000, 1_000, True): 1})
+
+
+def test_exclusive_times_by_hand(schema, tmp_path):
+    """self_ns: a parent whose two children overlap (their union counts once), a grandchild, a
+    span recorded twice (one copy inside the other), a child ending after its parent (not inside
+    it), the same name on another thread (inside nothing)."""
+    op = lambda name, tid, ts, dur: {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid,  # noqa: E731
+                                     "ts": ts, "dur": dur}
+    events = [op("parent", 1, 0, 100), op("b", 1, 10, 30), op("c", 1, 30, 30), op("d", 1, 20, 10),
+              op("twin", 1, 70, 10), op("twin", 1, 70, 10), op("late", 1, 90, 11), op("b", 2, 10, 30),
+              {"ph": "X", "cat": "user_annotation", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+              {"ph": "X", "cat": "user_annotation", "name": "inner", "pid": 1, "tid": 1, "ts": 5, "dur": 5}]
+    got = _reader_tables(schema, tmp_path, events, 0)
+    own = Counter((row[2], row[4], row[8]) for row in got["cpu_ops"].elements())
+    # parent: 100 less b..c (10-60, 50) and the twins (70-80, 10); b: less d; late ends at 101 > 100
+    assert own == Counter({("parent", "1", 40_000): 1, ("b", "1", 20_000): 1, ("c", "1", 30_000): 1,
+                           ("d", "1", 10_000): 1, ("twin", "1", 0): 1, ("twin", "1", 10_000): 1,
+                           ("late", "1", 11_000): 1, ("b", "2", 30_000): 1})
+    assert sorted((row[2], row[6]) for row in got["annotations"]) == [("inner", 5_000), ("outer", 45_000)]
 
 
 # ---------------------------------------------------------------- rows fixed by the map

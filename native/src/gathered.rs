@@ -30,7 +30,8 @@ pub struct Gathered {
     bytes: usize,
     /// where a spill file goes (None: never spilled) and the bound
     spill_to: Option<(PathBuf, usize)>,
-    spilled: Option<(Removed, FileWriter<BufWriter<File>>)>,
+    /// the spill file and its writer (None once the file is complete)
+    spilled: Option<(Removed, Option<FileWriter<BufWriter<File>>>)>,
 }
 
 fn io(e: std::io::Error) -> ArrowError {
@@ -50,7 +51,12 @@ impl Gathered {
 
     pub fn push(&mut self, rows: RecordBatch) -> Result<(), ArrowError> {
         if let Some((_, writer)) = self.spilled.as_mut() {
-            return writer.write(&rows);
+            return match writer {
+                Some(writer) => writer.write(&rows),
+                None => Err(ArrowError::InvalidArgumentError(
+                    "rows gathered after they were read".into(),
+                )),
+            };
         }
         self.bytes += rows.get_array_memory_size();
         self.parts.push(rows);
@@ -66,7 +72,7 @@ impl Gathered {
                     writer.write(&part)?;
                 }
                 self.bytes = 0;
-                self.spilled = Some((guard, writer));
+                self.spilled = Some((guard, Some(writer)));
                 Ok(())
             }
             _ => Ok(()),
@@ -78,15 +84,35 @@ impl Gathered {
         self.spilled.is_some()
     }
 
+    /// The gathered rows, in the order they came, one part at a time; they stay gathered (no
+    /// row may be added after).
+    pub fn parts(
+        &mut self,
+    ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + '_>, ArrowError> {
+        match &mut self.spilled {
+            None => Ok(Box::new(self.parts.iter().cloned().map(Ok))),
+            Some((guard, writer)) => {
+                if let Some(mut writer) = writer.take() {
+                    writer.finish()?;
+                }
+                let file = File::open(&guard.0).map_err(io)?;
+                Ok(Box::new(FileReader::try_new(BufReader::new(file), None)?))
+            }
+        }
+    }
+
     /// The gathered rows, in the order they came, one part at a time.
     pub fn into_parts(
-        self,
+        mut self,
     ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>, ArrowError> {
-        let Some((guard, mut writer)) = self.spilled else {
-            return Ok(Box::new(self.parts.into_iter().map(Ok)));
+        let Some((guard, writer)) = self.spilled.take() else {
+            return Ok(Box::new(
+                std::mem::take(&mut self.parts).into_iter().map(Ok),
+            ));
         };
-        writer.finish()?;
-        drop(writer);
+        if let Some(mut writer) = writer {
+            writer.finish()?;
+        }
         let reader = FileReader::try_new(BufReader::new(File::open(&guard.0).map_err(io)?), None)?;
         // (the guard lives as long as the iterator: the file goes once the rows are read)
         Ok(Box::new(reader.inspect(move |_| {

@@ -8,6 +8,7 @@
 pub mod columns;
 pub mod events;
 pub mod gathered;
+pub mod nesting;
 pub mod parquet_out;
 pub mod pftrace;
 #[cfg(feature = "python")]

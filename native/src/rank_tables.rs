@@ -12,9 +12,11 @@
 //!   `Trace` span; `cut_short`: the last step, under `cut_short_max_ratio` of the shortest other;
 //! - `cpu_ops`, `annotations`, `runtime`: complete events of their categories with a time and a
 //!   duration >= 0; `step`: the step that starts last at or before the row (NULL when the row
-//!   starts after that step's end).
+//!   starts after that step's end); `self_ns` of cpu_ops and annotations: the row's duration
+//!   less the union of the other rows of its table and thread inside it (`nesting`).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -32,6 +34,7 @@ use serde_json::Value;
 
 use crate::columns::COLUMNS;
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
+use crate::nesting::{self_times, Interner, Span};
 use crate::parquet_out::{properties, Codec};
 
 /// The tables this module builds, in the order they are written.
@@ -138,6 +141,7 @@ pub fn table_schema(table: &str) -> SchemaRef {
                 f.push(field(name, raw_type(name)));
             }
             f.push(field("end_ns", Int64));
+            f.push(field("self_ns", Int64));
             for name in &CPU_OPS[5..16] {
                 f.push(field(name, raw_type(name)));
             }
@@ -153,6 +157,7 @@ pub fn table_schema(table: &str) -> SchemaRef {
                 f.push(field(name, raw_type(name)));
             }
             f.push(field("end_ns", Int64));
+            f.push(field("self_ns", Int64));
             for name in &ANNOTATIONS[6..] {
                 f.push(field(name, raw_type(name)));
             }
@@ -215,6 +220,12 @@ fn ints(batch: &RecordBatch, name: &str) -> Int64Array {
         .downcast_ref::<Int64Array>()
         .expect("a BIGINT column")
         .clone()
+}
+
+fn as_strings(a: &ArrayRef) -> &StringArray {
+    a.as_any()
+        .downcast_ref::<StringArray>()
+        .expect("a text column")
 }
 
 fn get(a: &StringArray, i: usize) -> Option<&str> {
@@ -460,12 +471,19 @@ impl RankTables {
             runtime,
             ..
         } = self;
-        let write = |(table, parts): (&'static str, Gathered)| {
+        let write = |(table, mut parts): (&'static str, Gathered)| {
             let fail = |e: ArrowError| format!("cannot gather the rows of {table} ({e})");
-            let batches = parts
-                .into_parts()
-                .map_err(fail)?
-                .map(|part| rows_batch(table, rank, &part?, &step_of));
+            let self_ns = match table {
+                "cpu_ops" | "annotations" => self_times_of(&mut parts).map_err(fail)?,
+                _ => Vec::new(),
+            };
+            let mut first = 0;
+            let batches = parts.into_parts().map_err(fail)?.map(|part| {
+                let part = part?;
+                let rows = first..first + part.num_rows();
+                first = rows.end;
+                rows_batch(table, rank, &part, &step_of, self_ns.get(rows))
+            });
             write_table(table, dir, batches)
         };
         let events = [
@@ -569,8 +587,13 @@ fn rows_batch(
     rank: i32,
     rows: &RecordBatch,
     step_of: &dyn Fn(Option<i64>) -> Option<i64>,
+    self_ns: Option<&[i64]>,
 ) -> Result<RecordBatch, ArrowError> {
     let schema = table_schema(table);
+    let self_ns = || -> ArrayRef {
+        let values = self_ns.expect("the exclusive times of the table's rows");
+        Arc::new(Int64Array::from_iter_values(values.iter().copied()))
+    };
     let n = rows.num_rows();
     let by = |name: &str| -> ArrayRef {
         let i = rows.schema().index_of(name).expect("a gathered column");
@@ -593,6 +616,7 @@ fn rows_batch(
                 columns.push(by(c));
             }
             columns.push(end);
+            columns.push(self_ns());
             for c in &CPU_OPS[5..16] {
                 let column = by(c);
                 if *c == "pg_desc" {
@@ -638,6 +662,7 @@ fn rows_batch(
                 columns.push(by(c));
             }
             columns.push(end);
+            columns.push(self_ns());
             for c in &ANNOTATIONS[6..] {
                 columns.push(by(c));
             }
@@ -658,6 +683,59 @@ fn rows_batch(
         other => panic!("no native table {other}"),
     }
     RecordBatch::try_new(schema, columns)
+}
+
+/// The exclusive time of every gathered row of cpu_ops or annotations, in gathered order
+/// (`nesting`: among the rows of the same table and thread, (pid, tid)).
+fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
+    let (mut threads, mut names) = (Interner::default(), Interner::default());
+    let mut spans = Vec::new();
+    let mut name_ids = Vec::new();
+    for part in parts.parts()? {
+        let part = part?;
+        let by = |name: &str| -> Result<ArrayRef, ArrowError> {
+            Ok(part.column(part.schema().index_of(name)?).clone())
+        };
+        let text =
+            |name: &str| -> Result<StringArray, ArrowError> { Ok(as_strings(&by(name)?).clone()) };
+        let int = |name: &str| -> Result<Int64Array, ArrowError> {
+            Ok(by(name)?
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("a BIGINT column")
+                .clone())
+        };
+        let (pid, tid, name) = (text("pid")?, text("tid")?, text("name")?);
+        let (ts, dur) = (int("ts_ns")?, int("dur_ns")?);
+        let mut key = String::new();
+        for i in 0..part.num_rows() {
+            // (pid and tid as one key: their lengths keep "1"+"23" apart from "12"+"3")
+            key.clear();
+            for value in [get(&pid, i), get(&tid, i)] {
+                match value {
+                    Some(v) => {
+                        let _ = write!(key, "{}:{v}", v.len());
+                    }
+                    None => key.push('-'),
+                }
+            }
+            let ts_ns = geti(&ts, i).unwrap_or(0);
+            spans.push(Span {
+                thread: threads.id(&key),
+                ts_ns,
+                end_ns: ts_ns.saturating_add(geti(&dur, i).unwrap_or(0)),
+                name_order: u32::MAX,
+            });
+            name_ids.push(get(&name, i).map(|n| names.id(n)));
+        }
+    }
+    let order = names.order();
+    for (span, id) in spans.iter_mut().zip(name_ids) {
+        if let Some(id) = id {
+            span.name_order = order[id as usize];
+        }
+    }
+    Ok(self_times(&spans))
 }
 
 /// Columns of the tables with nearly one value per row: a dictionary would only be built to be

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "14"  # 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
+SCHEMA_VERSION = "15"  # 15: cpu_ops.self_ns, annotations.self_ns; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 
 
 def _sql_text(name: str) -> str:

@@ -103,6 +103,7 @@ CREATE TABLE cpu_ops (
     ts_ns BIGINT,               -- start, ns
     dur_ns BIGINT,              -- duration, ns
     end_ns BIGINT,              -- end, ns
+    self_ns BIGINT,             -- exclusive time: dur_ns less the time inside other ops of its thread (the union of the ops that start and end within it, at any depth; an op recorded twice with the same span counts once), ns
     external_id BIGINT,         -- links to runtime calls and kernels it launched
     seq_number BIGINT,          -- autograd sequence number (forward op <-> backward node)
     input_dims VARCHAR,         -- input shapes (JSON text), with record_shapes=True
@@ -129,6 +130,7 @@ CREATE TABLE annotations (
     ts_ns BIGINT,               -- start, ns
     dur_ns BIGINT,              -- duration, ns
     end_ns BIGINT,              -- end, ns
+    self_ns BIGINT,             -- exclusive time: dur_ns less the time inside other annotations of its thread (GPU copies: of its stream), as cpu_ops.self_ns, ns
     external_id BIGINT,         -- External id
     input_dims VARCHAR,         -- input shapes (JSON text), e.g. of gloo:all_reduce
     input_type VARCHAR          -- input dtypes (JSON text)

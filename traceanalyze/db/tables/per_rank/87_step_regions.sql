@@ -9,33 +9,6 @@
 -- the thread, no collective of the rank in flight and no kernel running on its GPUs: a sleep,
 -- blocking I/O, a lock, or Python work that records nothing.
 
-CREATE OR REPLACE TEMP TABLE _region_events AS
-WITH ev AS (
-    SELECT a.rank, a.step, 'annotation' AS kind, a.name, a.ts_ns, a.end_ns, a.dur_ns,
-           NOT (a.name LIKE 'gloo:%' OR a.name LIKE 'nccl:%') AS candidate
-    FROM annotations AS a JOIN main_threads AS m ON m.rank = a.rank AND m.tid = a.tid
-    WHERE NOT a.on_gpu AND a.step IS NOT NULL
-    UNION ALL
-    SELECT c.rank, c.step, 'op', c.name, c.ts_ns, c.end_ns, c.dur_ns,
-           NOT (c.name LIKE 'c10d::%' OR c.name = 'record_param_comms' OR c.name LIKE 'gloo:%' OR c.name LIKE 'nccl:%')
-    FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
-    WHERE c.step IS NOT NULL
-),
-numbered AS (
-    SELECT row_number() OVER (ORDER BY rank, kind, ts_ns, end_ns DESC, name) AS eid, * FROM ev
-),
-ordered AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank, kind ORDER BY ts_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM numbered
-)
--- island: the run of overlapping (or touching) regions of one kind it belongs to; a region
--- nested in another is always in its island, so the nesting join below looks only there
-SELECT eid, rank, step, kind, name, ts_ns, end_ns, dur_ns, candidate,
-       sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-           OVER (PARTITION BY rank, kind ORDER BY ts_ns, end_ns) AS island
-FROM ordered;
-
 -- what keeps the thread (or the rank's devices) busy, merged into disjoint intervals, each with
 -- the busy time before it (before_ns): busy time up to t is then one lookup
 CREATE OR REPLACE TEMP TABLE _region_busy AS
@@ -65,51 +38,41 @@ FROM (SELECT rank, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM islands GROUP
 
 -- Per (rank, step, region): the rank's time inside each record_function range and host op of its training-loop thread, its own part and its idle part.
 CREATE OR REPLACE TABLE step_regions AS
-WITH nested AS (   -- regions of the same kind inside a candidate region (an identical span nests in the earlier row)
-    SELECT p.eid, c.ts_ns, c.end_ns
-    FROM _region_events AS p JOIN _region_events AS c
-        ON c.rank = p.rank AND c.kind = p.kind AND c.island = p.island
-           AND c.ts_ns >= p.ts_ns AND c.end_ns <= p.end_ns AND c.eid <> p.eid
-    WHERE p.candidate AND (c.ts_ns > p.ts_ns OR c.end_ns < p.end_ns OR c.eid > p.eid)
+WITH ops AS (
+    SELECT c.rank, c.step, 'op' AS kind, c.name, count(*) AS calls_count, sum(c.dur_ns) AS time_ns,
+           sum(c.self_ns) AS self_ns, 0::HUGEINT AS idle_ns
+    FROM cpu_ops AS c JOIN main_threads AS m ON m.rank = c.rank AND m.tid = c.tid
+    WHERE c.step IS NOT NULL
+      AND NOT (c.name LIKE 'c10d::%' OR c.name = 'record_param_comms' OR c.name LIKE 'gloo:%' OR c.name LIKE 'nccl:%')
+    GROUP BY ALL
 ),
-nested_ordered AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY eid ORDER BY ts_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM nested
+ranges AS (
+    SELECT a.rank, a.step, a.name, a.ts_ns, a.end_ns, a.dur_ns, a.self_ns
+    FROM annotations AS a JOIN main_threads AS m ON m.rank = a.rank AND m.tid = a.tid
+    WHERE NOT a.on_gpu AND a.step IS NOT NULL AND NOT (a.name LIKE 'gloo:%' OR a.name LIKE 'nccl:%')
 ),
-nested_union AS (  -- the union of the nested regions, per region instance
-    SELECT eid, sum(end_ns - ts_ns) AS ns FROM (
-        SELECT eid, min(ts_ns) AS ts_ns, max(end_ns) AS end_ns FROM (
-            SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY eid ORDER BY ts_ns, end_ns) AS run
-            FROM nested_ordered)
-        GROUP BY eid, run)
-    GROUP BY eid
+busy AS (           -- busy time inside each range (an op is busy for its whole span): busy time up to its end less up to its start
+    SELECT r.*, coalesce(e.before_ns + least(r.end_ns, e.end_ns) - e.ts_ns, 0)
+                - coalesce(s.before_ns + least(r.ts_ns, s.end_ns) - s.ts_ns, 0) AS busy_ns
+    FROM ranges AS r
+    ASOF LEFT JOIN _region_busy AS s ON s.rank = r.rank AND r.ts_ns >= s.ts_ns
+    ASOF LEFT JOIN _region_busy AS e ON e.rank = r.rank AND r.end_ns >= e.ts_ns
 ),
-busy_to_start AS (  -- busy time before each annotation instance starts
-    SELECT e.eid, e.rank, e.end_ns, coalesce(b.before_ns + least(e.ts_ns, b.end_ns) - b.ts_ns, 0) AS start_ns
-    FROM _region_events AS e ASOF LEFT JOIN _region_busy AS b ON b.rank = e.rank AND e.ts_ns >= b.ts_ns
-    WHERE e.candidate AND e.kind = 'annotation'
-),
-busy AS (          -- busy time inside each annotation instance (an op is busy for its whole span)
-    SELECT e.eid, coalesce(b.before_ns + least(e.end_ns, b.end_ns) - b.ts_ns, 0) - e.start_ns AS ns
-    FROM busy_to_start AS e ASOF LEFT JOIN _region_busy AS b ON b.rank = e.rank AND e.end_ns >= b.ts_ns
+range_rows AS (
+    SELECT rank, step, 'annotation' AS kind, name, count(*) AS calls_count, sum(dur_ns) AS time_ns,
+           sum(self_ns) AS self_ns, sum(greatest(dur_ns - busy_ns, 0)) AS idle_ns
+    FROM busy GROUP BY ALL
 )
 SELECT
-    e.rank,                                 -- global rank
-    e.step,                                 -- ProfilerStep N holding the instances' starts
-    e.kind,                                 -- annotation (a record_function / user annotation range) | op (a host operator)
-    e.name,                                 -- the annotation's or operator's name, e.g. 'data.fetch_batch', 'aten::mm'
-    count(*) AS calls_count,                -- instances on the training-loop thread in the step
-    sum(e.dur_ns) AS time_ns,               -- time inside the region: the instances' durations summed, ns
-    sum(greatest(e.dur_ns - coalesce(n.ns, 0), 0)) AS self_ns,  -- the part not inside a nested region of the same kind (annotation in annotation, op in op), ns
-    sum(CASE WHEN e.kind = 'annotation' THEN greatest(e.dur_ns - coalesce(b.ns, 0), 0) ELSE 0 END) AS idle_ns  -- the part where no op, runtime call, collective or kernel of the rank runs (always 0 for an op), ns
-FROM _region_events AS e
-LEFT JOIN nested_union AS n USING (eid)
-LEFT JOIN busy AS b USING (eid)
-WHERE e.candidate
-GROUP BY e.rank, e.step, e.kind, e.name
-ORDER BY e.rank, e.step, e.kind, e.name;
+    rank,                                   -- global rank
+    step,                                   -- ProfilerStep N holding the instances' starts
+    kind,                                   -- annotation (a record_function / user annotation range) | op (a host operator)
+    name,                                   -- the annotation's or operator's name, e.g. 'data.fetch_batch', 'aten::mm'
+    calls_count,                            -- instances on the training-loop thread in the step
+    time_ns,                                -- time inside the region: the instances' durations summed, ns
+    self_ns,                                -- the part not inside a nested region of the same kind (annotation in annotation, op in op: cpu_ops.self_ns, annotations.self_ns), ns
+    idle_ns                                 -- the part where no op, runtime call, collective or kernel of the rank runs (always 0 for an op), ns
+FROM (SELECT * FROM ops UNION ALL SELECT * FROM range_rows)
+ORDER BY rank, step, kind, name;
 
 DROP TABLE _region_busy;
-DROP TABLE _region_events;
