@@ -54,7 +54,7 @@ impl Interner {
 /// The exclusive time of every row of `spans` (in their order), ns.
 pub fn self_times(spans: &[Span]) -> Vec<i64> {
     let mut order: Vec<u32> = (0..spans.len() as u32).collect();
-    order.sort_by_key(|&i| {
+    order.sort_unstable_by_key(|&i| {
         let s = &spans[i as usize];
         (s.thread, s.ts_ns, Reverse(s.end_ns), s.name_order, i)
     });

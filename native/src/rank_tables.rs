@@ -708,25 +708,44 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
         let (pid, tid, name) = (text("pid")?, text("tid")?, text("name")?);
         let (ts, dur) = (int("ts_ns")?, int("dur_ns")?);
         let mut key = String::new();
+        // (rows come in runs of one thread and often one name: each looked up once per run)
+        let mut last_thread: Option<(Option<&str>, Option<&str>, u32)> = None;
+        let mut last_name: Option<(&str, u32)> = None;
         for i in 0..part.num_rows() {
-            // (pid and tid as one key: their lengths keep "1"+"23" apart from "12"+"3")
-            key.clear();
-            for value in [get(&pid, i), get(&tid, i)] {
-                match value {
-                    Some(v) => {
-                        let _ = write!(key, "{}:{v}", v.len());
+            let (p, t) = (get(&pid, i), get(&tid, i));
+            let thread = match last_thread {
+                Some((lp, lt, id)) if lp == p && lt == t => id,
+                _ => {
+                    // (pid and tid as one key: their lengths keep "1"+"23" apart from "12"+"3")
+                    key.clear();
+                    for value in [p, t] {
+                        match value {
+                            Some(v) => {
+                                let _ = write!(key, "{}:{v}", v.len());
+                            }
+                            None => key.push('-'),
+                        }
                     }
-                    None => key.push('-'),
+                    let id = threads.id(&key);
+                    last_thread = Some((p, t, id));
+                    id
                 }
-            }
+            };
             let ts_ns = geti(&ts, i).unwrap_or(0);
             spans.push(Span {
-                thread: threads.id(&key),
+                thread,
                 ts_ns,
                 end_ns: ts_ns.saturating_add(geti(&dur, i).unwrap_or(0)),
                 name_order: u32::MAX,
             });
-            name_ids.push(get(&name, i).map(|n| names.id(n)));
+            name_ids.push(get(&name, i).map(|n| match last_name {
+                Some((last, id)) if last == n => id,
+                _ => {
+                    let id = names.id(n);
+                    last_name = Some((n, id));
+                    id
+                }
+            }));
         }
     }
     let order = names.order();

@@ -36,16 +36,17 @@ def command(trace_dir: str, db_path: Path | None, ranks: str, force: bool, quiet
                                 progress=say, **load_options(trace_dir, scale))
     finally:
         done()
-    echo_load_issues(result.db_path, quiet)
+    echo_load_issues(result.db_path, quiet, result.issues)
     state = "reused" if result.reused else "wrote"
     click.echo(terminal(f"{state} {result.db_path}: {len(result.ranks)} rank(s), {result.events:,} events"))
 
 
-def echo_load_issues(db_path: Path, quiet: bool) -> None:
-    """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet."""
+def echo_load_issues(db_path: Path, quiet: bool, issues=None) -> None:
+    """Warnings (data lost or doubtful) always go to stderr; notes only without --quiet.
+    `issues`: the database's load_issues when the load read them already (LoadResult.issues)."""
     shown = {"warning": 0, "info": 0}
     hidden = 0
-    for severity, file, message, count in read_load_issues(db_path):
+    for severity, file, message, count in read_load_issues(db_path) if issues is None else issues:
         if severity == "info" and quiet:
             continue
         if shown.get(severity, 0) >= LOAD_ISSUES_SHOWN:

@@ -49,6 +49,9 @@ class LoadResult:
     input_bytes: int  # uncompressed bytes of the traceEvents arrays parsed (0 when reused)
     mapped: int = 0  # ranks parsed in this run (the others' shards were reused)
     failed: tuple[int, ...] = ()  # ranks whose map failed (see load_issues)
+    # the database's load_issues as read_load_issues gives them, when the load read them anyway
+    # (a reuse: opening the database again cost a re-run a tenth of its time); None: not read
+    issues: tuple[tuple[str, str | None, str, int | None], ...] | None = None
 
 
 def default_shards(db_path: Path) -> str:
@@ -72,9 +75,12 @@ def _stored_fingerprint(con) -> str | None:
 def read_load_issues(db_path: Path) -> list[tuple[str, str | None, str, int | None]]:
     """(severity, file, message, count) of the load_issues of a database, warnings first."""
     with duckdb.connect(str(db_path), read_only=True) as con:
-        return con.execute(
-            "SELECT severity, file, message, count FROM load_issues"
-            " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
+        return _load_issues(con)
+
+
+def _load_issues(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str | None, str, int | None]]:
+    return con.execute("SELECT severity, file, message, count FROM load_issues"
+                       " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
 
 
 def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
@@ -93,9 +99,10 @@ def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
             if meta.get("storage") == "views" and not _views_intact(meta.get("shards") or "", ranks):
                 return None
             (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+            issues = tuple(_load_issues(con))
     except duckdb.Error:  # damaged, not ours, or its shards are gone: build it again
         return None
-    return LoadResult(db_path, ranks, True, events, 0)
+    return LoadResult(db_path, ranks, True, events, 0, issues=issues)
 
 
 def _views_intact(shards_root: str, ranks: list[int]) -> bool:
