@@ -4,6 +4,7 @@ the JSON itself with hand-written formulas."""
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 import json
 from pathlib import Path
 
@@ -284,3 +285,33 @@ def test_the_peak_given_on_the_command_line_rates_the_summary_and_the_rule(cli, 
     bad = cli(REAL / "kineto-resnet50-nw0", "--peak-tflops", "-1", "--out", tmp_path / "bad")
     assert bad.returncode == 2 and "peak-tflops" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("folder", ["hta-trace-filter", "kineto-resnet50-nw0"])
+def test_only_the_outermost_op_with_a_formula_carries_flops(loaded, folder):
+    """op_flops has one formula row per op with a FLOP formula that no other such op of its thread
+    holds (aten::linear, not the aten::addmm inside it; conv2d, not the cudnn_convolution under it),
+    derived here pair by pair from the JSON; which names have a formula is the macro's list."""
+    con = loaded(folder)
+    expected: Counter = Counter()
+    for rank, events in enumerate(_events(folder)):
+        ops = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "Operator")
+               and isinstance(e.get("dur"), (int, float)) and e["dur"] >= 0]
+        names = sorted({e["name"] for e in ops})
+        family = dict(con.execute("SELECT n, flop_family(n) FROM unnest(?::VARCHAR[]) AS t(n)", [names]).fetchall())
+        formula = [e for e in ops if family[e["name"]] is not None]
+        by_thread: dict = {}
+        for e in formula:
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
+        for same in by_thread.values():
+            def order(e):  # op_id's order within a thread: start, longer first, then External id and name
+                return (e["ts"], -(e["ts"] + e["dur"]), e.get("args", {}).get("External id"), e["name"])
+
+            for e in same:
+                held = any(o is not e and o["ts"] <= e["ts"] and o["ts"] + o["dur"] >= e["ts"] + e["dur"]
+                           and order(o) < order(e) for o in same)
+                if not held:
+                    expected[(rank, e.get("args", {}).get("External id"), e["name"])] += 1
+    got = Counter(con.execute("SELECT rank, external_id, name FROM op_flops WHERE family IS NOT NULL").fetchall())
+    assert sum(expected.values()) > 50
+    assert got == expected

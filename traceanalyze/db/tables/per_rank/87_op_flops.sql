@@ -19,26 +19,15 @@ numbered AS (
     SELECT *, row_number() OVER (ORDER BY rank, ts_ns, end_ns DESC, tid, pid, external_id, name) AS op_id
     FROM formula_ops
 ),
-thread_ordered AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns
+thread_ordered AS (  -- the latest end among the formula ops of its thread before it in op_id order (those start at or before it)
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY op_id
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
     FROM numbered
 ),
-islands AS (  -- the run of overlapping (or touching) formula ops of its thread an op belongs to: an op inside another is in its run
-    SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns) AS island
-    FROM thread_ordered
-),
-nested AS (  -- formula ops inside another formula op of the same thread (the outer one counts them)
-    SELECT DISTINCT i.op_id
-    FROM islands AS i JOIN islands AS o
-      ON o.rank = i.rank AND o.pid = i.pid AND o.tid = i.tid AND o.island = i.island
-         AND o.ts_ns <= i.ts_ns AND o.end_ns >= i.end_ns AND o.op_id < i.op_id
-),
-outer_ops AS (
+outer_ops AS (  -- formula ops inside no other formula op of their thread: no op before them ends at or after their end (the outer one counts them)
     SELECT n.*, dims_at(n.input_dims, 0) AS d0, dims_at(n.input_dims, 1) AS d1,
            dims_at(n.input_dims, 2) AS d2, dims_at(n.input_dims, 3) AS d3, op_dtype_class(n.input_type) AS dtype
-    FROM numbered AS n WHERE n.op_id NOT IN (SELECT op_id FROM nested)
+    FROM thread_ordered AS n WHERE n.prev_end_ns IS NULL OR n.prev_end_ns < n.end_ns
 ),
 launches AS (  -- compute kernels with the host thread and time of the runtime call that launched them
     SELECT k.rank, k.step, k.dur_ns, k.external_id, r.tid, r.ts_ns AS launch_ts_ns,
