@@ -152,7 +152,6 @@ def test_a_kept_database_is_reused(tmp_path):
 
 
 def test_params_change_a_threshold(fixture_db):
-    a, late_ms = None, None
     with traceanalyze.analyze(STRAGGLER, db=fixture_db(STRAGGLER), progress=False) as a:
         late_ms = a.findings[0].evidence["late_ms"]
     above = {"collective-straggler.min_late_ms": late_ms * 2}

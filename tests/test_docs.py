@@ -2,7 +2,6 @@
 pages are current, the paths it names exist, and the docs site builds with --strict."""
 
 import html
-import os
 import re
 import subprocess
 import sys

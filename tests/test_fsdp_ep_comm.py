@@ -309,7 +309,7 @@ def test_exposed_fsdp_share_per_rank_is_what_the_json_shows(scenario, db):
     path, findings = db(folder)
     aligned = [s for (s,) in query(path, "SELECT step FROM aligned_steps ORDER BY step")]
     want = json_exposed_share(folder, aligned)
-    got = dict(query(path, f"""
+    got = dict(query(path, """
         SELECT e.rank, 100.0 * sum(e.comm_exposed_ns) / any_value(s.ns)
         FROM collective_exposure AS e
         JOIN (SELECT rank, sum(dur_ns) AS ns FROM steps WHERE step IN (SELECT step FROM aligned_steps) GROUP BY rank) AS s USING (rank)

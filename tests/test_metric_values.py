@@ -9,7 +9,6 @@ within each profiler step).
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
 import tracejson as tj

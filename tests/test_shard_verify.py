@@ -8,7 +8,6 @@ expected sizes and hashes are computed here from the files' bytes with xxhash di
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import os

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from summary_builder import finding, load_issue, make_summary
+from summary_builder import finding, make_summary
 
 from traceanalyze.cli import cli
 

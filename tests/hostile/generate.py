@@ -7,7 +7,6 @@ Each function writes one case and returns the path to give the command.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import sys

@@ -90,6 +90,17 @@ def build_tables(con: duckdb.DuckDBPyConnection, files: list[str] | None = None,
             cpu_s[stem] = cpu_s.get(stem, 0.0) + time.process_time() - t0
 
 
+def sql_string(value: Path | str) -> str:
+    """`value` (the path of one of our own files) as an SQL string literal, for the statements
+    DuckDB takes no parameter in (COPY ... TO, SET, a read_parquet list in a view)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_string_list(values) -> str:
+    """`values` as an SQL list of string literals: ['a', 'b']."""
+    return "[" + ", ".join(sql_string(v) for v in values) + "]"
+
+
 @functools.lru_cache(maxsize=None)
 def parameter(name: str) -> Decimal:
     """A named threshold of tables/00_parameters.sql (`SET VARIABLE name = number;`), for the

@@ -99,17 +99,13 @@ def fetched(tf: TraceFile, work: Path) -> TraceFile:
     return dataclasses.replace(tf, path=local)
 
 
-def sql_text(path: Path) -> str:
-    return str(path).replace("'", "''")
-
-
 def open_private_database(work: Path, events_bytes: int, threads: int | None) -> duckdb.DuckDBPyConnection:
     """A map's private database for `events_bytes` of trace (in memory when small, else a file in
     `work`, spilling there too): the raw tables, the macros and the memory limit."""
     con = tracedb.open_quiet(":memory:" if events_bytes <= IN_MEMORY_MAX_BYTES else work / "rank.duckdb")
     try:
         tracedb.set_stage_threads(con, events_bytes, threads)
-        con.execute(f"SET temp_directory = '{sql_text(work / 'spill')}'")
+        con.execute(f"SET temp_directory = {tracedb.sql_string(work / 'spill')}")
         tracedb.create_schema(con)
         tracedb.create_macros(con)
         limit_memory(con, events_bytes)
@@ -149,8 +145,8 @@ def insert_native_tables(con, folders: list[Path]) -> None:
     """The reader's one-pass tables (read.NATIVE_TABLES) of the ranks whose shard files are in
     `folders` into `con`'s tables: one statement per table for a whole pack."""
     for table in NATIVE_TABLES:
-        files = ", ".join(f"'{sql_text(folder / f'{table}.parquet')}'" for folder in folders)
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{files}])")
+        files = tracedb.sql_string_list(folder / f"{table}.parquet" for folder in folders)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({files})")
 
 
 def build_rank_tables(con, files: list[TraceFile]) -> dict[str, float]:
@@ -325,7 +321,7 @@ def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[
     for table in SHARD_TABLES:
         (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
         if table not in READER_FILES:
-            con.execute(f"COPY {table} TO '{sql_text(target / f'{table}.parquet')}' (FORMAT parquet, COMPRESSION zstd)")
+            con.execute(f"COPY {table} TO {tracedb.sql_string(target / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
     return rows, shard_files(store, rank, target)
 
 

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import duckdb
 
+import traceanalyze.db as tracedb
+
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, map_rank_locked,
-                                   open_private_database, rank_manifest, read_rank_events, shard_files, sql_text,
+                                   open_private_database, rank_manifest, read_rank_events, shard_files,
                                    table_stage_s)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
@@ -82,9 +84,9 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
                 reads.append((tf, read, target))
             if not reads:
                 return
-            paths = ", ".join(f"'{sql_text(target / 'raw_events.parquet')}'" for _, _, target in reads)
+            paths = tracedb.sql_string_list(target / "raw_events.parquet" for _, _, target in reads)
             _drop_raw_events(con)
-            con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet([{paths}])")
+            con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet({paths})")
             insert_native_tables(con, [target for _, _, target in reads])
             tables_s = table_stage_s(build_rank_tables(con, [tf for tf, _, _ in reads]), len(reads))
             written = _write_pack_tables(con, store, reads, work / "parts")
@@ -124,7 +126,7 @@ def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, Rank
                 continue
             folder = parts / table
             if any(counts.get(rank) for rank in ranks):
-                con.execute(f"COPY (SELECT *, rank AS _pack_rank FROM {table}) TO '{sql_text(folder)}'"
+                con.execute(f"COPY (SELECT *, rank AS _pack_rank FROM {table}) TO {tracedb.sql_string(folder)}"
                             " (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (_pack_rank))")
             empty = None
             for tf, _, target in reads:
@@ -134,11 +136,11 @@ def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, Rank
                     continue
                 if found:  # (DuckDB split a rank's rows over files: that rank's rows written again)
                     con.execute(f"COPY (SELECT * FROM {table} WHERE rank = {int(tf.rank)}) TO "
-                                f"'{sql_text(target / f'{table}.parquet')}' (FORMAT parquet, COMPRESSION zstd)")
+                                f"{tracedb.sql_string(target / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
                     continue
                 if empty is None:  # no rows of that rank: the table's empty file
                     empty = parts / f"{table}.empty.parquet"
-                    con.execute(f"COPY (SELECT * FROM {table} LIMIT 0) TO '{sql_text(empty)}'"
+                    con.execute(f"COPY (SELECT * FROM {table} LIMIT 0) TO {tracedb.sql_string(empty)}"
                                 " (FORMAT parquet, COMPRESSION zstd)")
                 shutil.copyfile(empty, target / f"{table}.parquet")
     finally:

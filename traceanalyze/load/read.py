@@ -120,7 +120,7 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
     stages = {"read_parse_write_cpu": time.process_time() - cpu0,
               "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"],
               "native_tables_wall": out_dict["tables_s"]}
-    source = f"read_parquet('{_sql_text(out)}')"
+    source = f"read_parquet({tracedb.sql_string(out)})"
     pairs = 0
     if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
         con.execute(f"INSERT INTO raw_events SELECT * FROM {source}")
@@ -145,13 +145,9 @@ def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> Non
         raise TraceFormatError(str(exc), str(tf.path)) from None
 
 
-def _sql_text(path: Path) -> str:
-    return str(path).replace("'", "''")
-
-
 def _copy_out(con, out: Path) -> None:
     """`raw_events` as the Parquet file `out`, in the table's row order."""
-    con.execute(f"COPY raw_events TO '{_sql_text(out)}' (FORMAT parquet, COMPRESSION zstd)")
+    con.execute(f"COPY raw_events TO {tracedb.sql_string(out)} (FORMAT parquet, COMPRESSION zstd)")
 
 
 def _metadata(items: list[tuple[str, str]], notes: list) -> dict:

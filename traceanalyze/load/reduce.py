@@ -71,18 +71,13 @@ def shard_bytes(shards: list[Shard]) -> int:
     return sum(os.path.getsize(s.table(t)) for s in shards for t in SHARD_TABLES)
 
 
-def _quoted_list(paths: list[str]) -> str:
-    # paths are ours (shard folder + rank number + table name), quoted for SQL all the same
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-
-
 def attach_shards(con: duckdb.DuckDBPyConnection, shards: list[Shard], materialize: bool) -> None:
     """The per-rank tables of every shard: copied, or as views over their Parquet files."""
     tracedb.create_schema(con)
     tracedb.create_macros(con)
     in_schema = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
     for table in SHARD_TABLES:
-        source = f"read_parquet({_quoted_list([s.table(table) for s in shards])}, hive_partitioning = false)"
+        source = f"read_parquet({tracedb.sql_string_list(s.table(table) for s in shards)}, hive_partitioning = false)"
         if table in in_schema and (materialize or table in TABLES_ALWAYS_COPIED):
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {source}")
         elif materialize:
