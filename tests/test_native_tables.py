@@ -21,7 +21,7 @@ from traceanalyze import _native
 from traceanalyze import db as tracedb
 from traceanalyze.load import load_trace_dir
 
-TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime")
+TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime", "kernels")
 SYNC = re.compile(r"(Synchronize|StreamWaitEvent|EventQuery|StreamQuery)", re.IGNORECASE)
 CUT_SHORT = (1, 10)  # tables/00_parameters.sql: cut_short_max_ratio = 0.1
 
@@ -59,13 +59,25 @@ def peer_of(name, args) -> int | None:
     return None
 
 
-def self_times(rows: list[dict]) -> list[int]:
+# the columns after the key that order twins (native/src/rank_tables.rs: the gathered columns of
+# each table but pid, tid, ts_ns, dur_ns, name, external_id, seq_number, in the reader's order)
+CONTENT = {"cpu_ops": ["input_dims", "input_type", "collective_name", "in_msg_nelems", "dtype", "pg_name",
+                       "pg_desc", "pg_ranks", "collective_seq", "group_size", "other_args"],
+           "annotations": ["cat", "input_dims", "input_type"]}
+
+
+def self_times(rows: list[dict], table: str) -> list[int]:
     """Each row's exclusive time, by the schema's rule, pair by pair: its duration less the union
     of the other rows of its thread (pid, tid) that start and end within it; of two rows with the
-    same span the later in (name bytes, NULL last; then file order) is inside the earlier."""
+    same span the later in (name, External id, Sequence number, then the rest of the row as the
+    reader wrote it; byte order, NULL last) is inside the earlier."""
     def order(k: int) -> tuple:
-        name = rows[k].get("name")
-        return (name is None, (name or "").encode(), k)
+        e = rows[k]
+        raw = e.get("_raw") or {}
+        keys = [e.get("name"), _int_arg(e, "External id"), _int_arg(e, "Sequence number"),
+                *(raw.get(c) for c in CONTENT[table])]
+        # (then file order: rows equal in all of it are alike in every column compared)
+        return (*(part for v in keys for part in (v is None, v.encode() if isinstance(v, str) else v or 0)), k)
 
     out = []
     for i, r in enumerate(rows):
@@ -87,10 +99,13 @@ def self_times(rows: list[dict]) -> list[int]:
     return out
 
 
-def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
+def expected_tables(events: list[dict], rank: int, raw: list[dict] | None = None) -> dict[str, Counter]:
     """Every table as a multiset of rows (the columns compared), from the events themselves
-    (their integer µs as ns)."""
-    events = [{**e, **{k: e[k] * 1000 for k in ("ts", "dur") if isinstance(e.get(k), int)}} for e in events]
+    (their integer µs as ns). `raw`: each event's raw_events row as the reader wrote it (only to
+    order rows that nothing else tells apart)."""
+    raw = raw or [{}] * len(events)
+    events = [{**e, **{k: e[k] * 1000 for k in ("ts", "dur") if isinstance(e.get(k), int)}, "_raw": r}
+              for e, r in zip(events, raw)]
     xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), int)]
     ok = [e for e in xs if isinstance(e.get("dur"), int) and e["dur"] >= 0]
     marks: dict[int, tuple[int, int]] = {}
@@ -130,7 +145,7 @@ def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
                 names[slot] = label
     out = {"steps": steps, "threads": Counter((rank, *k, *v) for k, v in threads.items())}
     ops = [e for e in ok if e.get("cat") in ("cpu_op", "Operator")]
-    ops_self = self_times(ops)
+    ops_self = self_times(ops, "cpu_ops")
     out["cpu_ops"] = Counter(
         (rank, step_of(e["ts"]), e.get("name"), _text(e.get("pid")), _text(e.get("tid")), e["ts"], e["dur"],
          e["ts"] + e["dur"], own,
@@ -141,12 +156,66 @@ def expected_tables(events: list[dict], rank: int) -> dict[str, Counter]:
               and isinstance(e.get("name"), str) and not e["name"].startswith("ProfilerStep#")]
     out["annotations"] = Counter(
         (rank, step_of(e["ts"]), e["name"], e["cat"] == "gpu_user_annotation", e["ts"], e["dur"], own)
-        for e, own in zip(ranges, self_times(ranges)))
+        for e, own in zip(ranges, self_times(ranges, "annotations")))
     out["runtime"] = Counter(
         (rank, step_of(e["ts"]), e.get("name"), e["ts"], e["dur"],
          None if e.get("name") is None else bool(SYNC.search(e["name"])))
         for e in ok if e.get("cat") in ("cuda_runtime", "Runtime", "cuda_driver"))
+    out["kernels"] = expected_kernels(ok, rank, step_of)
     return out
+
+
+GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_profiler_range")
+LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel", "hipLaunchKernel",
+                "hipModuleLaunchKernel")
+
+
+def _decimal(v) -> int | None:
+    """pid / tid as a device / stream: an integer written in decimal digits (a minus first)."""
+    text = _text(v)
+    return int(text) if text is not None and re.fullmatch(r"-?[0-9]+", text) else None
+
+
+def _int_arg(e: dict, key: str) -> int | None:
+    v = tj.args(e).get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def expected_kernels(ok: list[dict], rank: int, step_of) -> Counter:
+    """The kernels table by the schema's rules: classes by priority (kernel_classes.csv), the n-th
+    range profiler kernel paired with the n-th launch when the counts agree, one row per runtime
+    call carrying the correlation."""
+    classes = sorted(tracedb.kernel_classes())
+    runtime = [e for e in ok if e.get("cat") in ("cuda_runtime", "Runtime", "cuda_driver")]
+    calls: dict[int, list] = {}
+    for e in runtime:
+        if (c := _int_arg(e, "correlation")) is not None:
+            calls.setdefault(c, []).append((e["ts"], step_of(e["ts"])))
+    launches = sorted((e["ts"], c) for e in runtime if (c := _int_arg(e, "correlation")) is not None
+                      and isinstance(e.get("name"), str) and e["name"].startswith(LAUNCH_NAMES))
+    gpu = [e for e in ok if e.get("cat") in GPU_CATS]
+    ranges = sorted((e for e in gpu if e["cat"] == "cuda_profiler_range"),
+                    key=lambda e: (e["ts"], e.get("name") is None, e.get("name") or ""))
+    places: dict[tuple, list] = {}
+    for n, e in enumerate(ranges):
+        places.setdefault((e["ts"], e.get("name")), []).append(
+            launches[n][1] if len(launches) == len(ranges) else None)
+    rows = Counter()
+    for e in gpu:
+        name = e.get("name")
+        kind = next((k for _, cat_re, name_re, k in classes
+                     if name is not None and re.search(cat_re, e["cat"]) and re.search(name_re, name)), None)
+        own = _int_arg(e, "correlation")
+        paired = places[(e["ts"], name)] if e["cat"] == "cuda_profiler_range" else [None]
+        for place in paired:
+            c = own if own is not None else place
+            for launch_ts, launch_step in calls.get(c, [(None, None)]) if c is not None else [(None, None)]:
+                step = launch_step if launch_step is not None else step_of(e["ts"])
+                device = _int_arg(e, "device")
+                stream = _int_arg(e, "stream")
+                rows[(rank, step, kind, name, _decimal(e.get("pid")) if device is None else device,
+                      _decimal(e.get("tid")) if stream is None else stream, e["ts"], e["dur"], c, launch_ts)] += 1
+    return rows
 
 
 COLUMNS = {
@@ -155,6 +224,7 @@ COLUMNS = {
     "cpu_ops": "rank, step, name, pid, tid, ts_ns, dur_ns, end_ns, self_ns, peer_group_rank",
     "annotations": "rank, step, name, on_gpu, ts_ns, dur_ns, self_ns",
     "runtime": "rank, step, name, ts_ns, dur_ns, is_sync",
+    "kernels": "rank, step, kind, name, device, stream, ts_ns, dur_ns, correlation, launch_ts_ns",
 }
 
 
@@ -168,7 +238,7 @@ def tables_in(con: duckdb.DuckDBPyConnection, source) -> dict[str, Counter]:
 names = st.sampled_from([
     "ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#2", "ProfilerStep#007", "ProfilerStep#x", "ProfilerStep#",
     "ProfilerStep#99999999999999999999", "aten::mm", "c10d::send", "c10d::recv_", "record_param_comms",
-    "cudaLaunchKernel", "cudaDeviceSynchronize", "CUDAEVENTQUERY", "cudaStreamſynchronize", "gloo:all_reduce",
+    "cudaLaunchKernel", "cuLaunchKernelEx", "ncclDevKernel_AllReduce", "Memcpy HtoD", "void c10d::x", "cudaDeviceSynchronize", "CUDAEVENTQUERY", "cudaStreamſynchronize", "gloo:all_reduce",
     "enumerate(DataLoader)", "thread_name", "process_name", "",
 ])
 ranks_arg = st.one_of(st.integers(-3, 8), st.integers(2**31 - 2, 2**31 + 1), st.sampled_from(
@@ -177,10 +247,13 @@ args = st.fixed_dictionaries({}, optional={
     "Dst Rank": ranks_arg, "Src Rank": ranks_arg, "Concrete Inputs": st.lists(ranks_arg, max_size=4),
     "Collective name": st.sampled_from(["send", "recv", "allreduce"]), "name": st.text(max_size=4),
     "Process Group Description": st.sampled_from(["undefined", " undefined ", "\tundefined", "mesh_tp", ""]),
+    "correlation": st.integers(0, 3), "device": st.integers(0, 2), "stream": st.integers(0, 9),
+    "External id": st.integers(0, 2), "Sequence number": st.integers(0, 2),
 })
 event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "X", "X", "X", "M", "i"])}, optional={
     "cat": st.sampled_from(["cpu_op", "Operator", "user_annotation", "gpu_user_annotation", "cuda_runtime",
-                            "Runtime", "cuda_driver", "kernel", "Trace", None]),
+                            "Runtime", "cuda_driver", "kernel", "Kernel", "gpu_memcpy", "Memset",
+                            "cuda_profiler_range", "Trace", None]),
     "name": st.one_of(names, st.none()),
     "pid": st.one_of(st.integers(0, 2), st.sampled_from(["a", "b"])),
     "tid": st.one_of(st.integers(0, 2), st.sampled_from(["t", "u"])),
@@ -203,7 +276,8 @@ def _reader_tables(con, tmp: Path, events: list[dict], rank: int) -> dict[str, C
     out = tmp / "shard"
     out.mkdir()
     got = _native.write_raw_events_parquet(str(trace), str(out / "raw_events.parquet"), rank,
-                                           tables_dir=str(out), cut_short=CUT_SHORT)
+                                           tables_dir=str(out), cut_short=CUT_SHORT,
+                                           kernel_classes=tracedb.kernel_classes())
     assert sorted(got["tables"]) == sorted(TABLES)
     for t in TABLES:  # (into the schema's tables: the files have the documented columns and types)
         con.execute(f"DELETE FROM {t}")
@@ -237,9 +311,38 @@ def _reader_tables(con, tmp: Path, events: list[dict], rank: int) -> dict[str, C
     {"ph": "X", "cat": "user_annotation", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
     {"ph": "X", "cat": "user_annotation", "name": "inner", "pid": 1, "tid": 1, "ts": 5, "dur": 5},
 ], rank=0)
+@example(events=[  # twins that only their args tell apart: which one holds the time follows the rows' content
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+     "args": {"Dst Rank": 3, "Collective name": "send"}},
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+     "args": {"Dst Rank": 2}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 3,
+     "args": {"External id": 9}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 3,
+     "args": {"External id": 8}},
+], rank=0)
+@example(events=[  # range profiler kernels paired with launches; a correlation two runtime calls carry
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 1,
+     "args": {"correlation": 1}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 1,
+     "args": {"correlation": 2}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 25, "dur": 1,
+     "args": {"correlation": 2}},
+    {"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 0, "tid": 7, "ts": 150, "dur": 0},
+    {"ph": "X", "cat": "cuda_profiler_range", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 7, "ts": 160,
+     "dur": 0},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": "0", "tid": "x", "ts": 40, "dur": 3,
+     "args": {"correlation": 3, "stream": 4}},
+], rank=0)
 def test_the_reader_builds_the_tables_the_schema_states(schema, tmp_path_factory, events, rank):
     tmp = tmp_path_factory.mktemp("native")
-    assert _reader_tables(schema, tmp, events, rank) == expected_tables(events, rank)
+    got = _reader_tables(schema, tmp, events, rank)
+    relation = schema.execute(f"SELECT * FROM read_parquet('{tmp / 'shard' / 'raw_events.parquet'}')")
+    columns = [d[0] for d in relation.description]
+    raw = [dict(zip(columns, row)) for row in relation.fetchall()]
+    assert len(raw) == len(events)  # (one row per event, in file order)
+    assert got == expected_tables(events, rank, raw)
 
 
 def test_a_named_trace_gives_every_table_its_rows(schema, tmp_path):

@@ -37,13 +37,16 @@ def write_raw_events_parquet(
     tables_dir: str | None = None,
     cut_short: tuple[int, int] = (1, 10),
     scratch_dir: str | None = None,
+    kernel_classes: list[tuple[int, str, str, str]] | None = None,
 ) -> dict[str, Any]:
     """The trace's events as the Parquet file `out` (and, with `tables_dir`, its one-pass tables
-    there); result() keys plus rows, row_groups, begin_end_rows, parquet_bytes, parse_s,
+    there, classifying kernels by `kernel_classes`, db/kernel_classes.csv's rows: required with
+    `tables_dir`); result() keys plus rows, row_groups, begin_end_rows, parquet_bytes, parse_s,
     write_s, base_scan_s, tables_s, tables {table: rows}."""
 
 def rank_tables_of_parquet(raw: str, tables_dir: str, rank: int, cut_short: tuple[int, int] = (1, 10),
-                           scratch_dir: str | None = None) -> dict[str, int]:
+                           scratch_dir: str | None = None,
+                           kernel_classes: list[tuple[int, str, str, str]] | None = None) -> dict[str, int]:
     """The one-pass tables of a rank's raw_events.parquet, written into `tables_dir`."""
 
 def p2p_peer_arg(name: str | None, other_args: str | None) -> int | None: ...

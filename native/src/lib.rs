@@ -8,6 +8,7 @@
 pub mod columns;
 pub mod events;
 pub mod gathered;
+pub mod kernels;
 pub mod nesting;
 pub mod parquet_out;
 pub mod pftrace;

@@ -2,8 +2,9 @@
 //! duration less the union of the other rows of its table and thread that lie inside it.
 //!
 //! "Inside": starts at or after the row's start and ends at or before its end. Two rows with the
-//! same span: the later one in (name, then file order) is inside the earlier one, never both, so
-//! a span recorded twice counts once. Rows that overlap without nesting (a child ending a tick
+//! same span: the later one in (name, External id, sequence number, then the rest of the row's
+//! content) is inside the earlier one, never both, so a span recorded twice counts once, and which
+//! copy holds the time never depends on the order of the rows in the file. Rows that overlap without nesting (a child ending a tick
 //! after its parent) are not inside each other; the union is taken over every row inside, at any
 //! depth, so the result does not depend on the rows nesting cleanly.
 //!
@@ -23,6 +24,59 @@ pub struct Span {
     pub end_ns: i64,
     /// the name's position among the table's names in byte order (NULL last)
     pub name_order: u32,
+    pub external_id: Option<i64>,
+    pub seq_number: Option<i64>,
+    /// among rows equal in all the above: the row's place by the rest of its content (`tie_runs`)
+    pub content: u32,
+}
+
+/// (thread, start, end reversed, name, External id NULL?, External id, sequence NULL?, sequence)
+type Key = (
+    u32,
+    i64,
+    Reverse<i64>,
+    u32,
+    bool,
+    Option<i64>,
+    bool,
+    Option<i64>,
+);
+
+impl Span {
+    /// Everything but `content` that orders two rows of one start (NULLs last).
+    fn key(&self) -> Key {
+        (
+            self.thread,
+            self.ts_ns,
+            Reverse(self.end_ns),
+            self.name_order,
+            self.external_id.is_none(),
+            self.external_id,
+            self.seq_number.is_none(),
+            self.seq_number,
+        )
+    }
+}
+
+/// The rows (indices into `spans`) that no key but their content tells apart, in runs of two or
+/// more: the caller gives each its `content` place.
+pub fn tie_runs(spans: &[Span]) -> Vec<Vec<u32>> {
+    let mut order: Vec<u32> = (0..spans.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| (spans[i as usize].key(), i));
+    let mut runs = Vec::new();
+    let mut first = 0;
+    while first < order.len() {
+        let key = spans[order[first] as usize].key();
+        let mut end = first + 1;
+        while end < order.len() && spans[order[end] as usize].key() == key {
+            end += 1;
+        }
+        if end - first > 1 {
+            runs.push(order[first..end].to_vec());
+        }
+        first = end;
+    }
+    runs
 }
 
 /// Ids of values in first-seen order, and each id's place in the values' sorted order.
@@ -56,10 +110,7 @@ impl Interner {
 /// The exclusive time of every row of `spans` (in their order), ns.
 pub fn self_times(spans: &[Span]) -> Vec<i64> {
     let mut order: Vec<u32> = (0..spans.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| {
-        let s = &spans[i as usize];
-        (s.thread, s.ts_ns, Reverse(s.end_ns), s.name_order, i)
-    });
+    order.sort_unstable_by_key(|&i| (spans[i as usize].key(), spans[i as usize].content, i));
     let at = |k: usize| spans[order[k] as usize];
     // `b` (after `a` in the order) lies inside `a`
     let inside =
@@ -120,6 +171,9 @@ mod tests {
             ts_ns,
             end_ns,
             name_order,
+            external_id: None,
+            seq_number: None,
+            content: 0,
         }
     }
 
@@ -141,7 +195,16 @@ mod tests {
 
     /// Every pair looked at: the rule as the module states it.
     fn naive(spans: &[Span]) -> Vec<i64> {
-        let key = |i: usize| (spans[i].name_order, i);
+        let key = |i: usize| {
+            let s = &spans[i];
+            (
+                s.name_order,
+                s.external_id.is_none(),
+                s.external_id,
+                s.content,
+                i,
+            )
+        };
         (0..spans.len())
             .map(|i| {
                 let a = spans[i];

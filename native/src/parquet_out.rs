@@ -18,6 +18,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
 use crate::gathered::SPILL_BYTES;
+use crate::kernels::KernelClass;
 use crate::rank_tables::{CutShort, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
@@ -97,6 +98,8 @@ pub struct TablesOut<'a> {
     pub dir: &'a Path,
     pub scratch: &'a Path,
     pub cut: CutShort,
+    /// db/kernel_classes.csv's rows (the kernels table's kinds)
+    pub classes: &'a [KernelClass],
 }
 
 /// How the reader writes a Parquet file: `codec`, row groups of ROW_GROUP_ROWS, no dictionary
@@ -224,13 +227,12 @@ fn write_inner(
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
-            stats.tables =
-                tables
-                    .finish(to.cut, to.dir, limits_threads != 1)
-                    .map_err(|message| TraceError {
-                        message,
-                        offset: None,
-                    })?;
+            stats.tables = tables
+                .finish(to.cut, to.dir, limits_threads != 1, to.classes)
+                .map_err(|message| TraceError {
+                    message,
+                    offset: None,
+                })?;
             stats.tables_s += t.elapsed().as_secs_f64();
         }
     }

@@ -16,6 +16,7 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
+use crate::kernels::{classes_of, KernelClass};
 use crate::parquet_out::{write_raw_events, Codec, TablesOut};
 use crate::pftrace::open_events;
 use crate::rank_tables::{tables_of_raw_parquet, CutShort};
@@ -243,7 +244,7 @@ fn value_error(py: Python<'_>, e: &TraceError) -> PyErr {
 #[pyo3(signature = (path, out, rank, threads = 0, block_bytes = 8 << 20, max_expansion = 400,
                     min_allowance_bytes = 512 << 20, max_metadata_value_bytes = 64 << 20,
                     max_item_bytes = 1 << 30, compression = "zstd", tables_dir = None,
-                    cut_short = (1, 10), scratch_dir = None))]
+                    cut_short = (1, 10), scratch_dir = None, kernel_classes = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_raw_events_parquet<'py>(
     py: Python<'py>,
@@ -260,8 +261,10 @@ fn write_raw_events_parquet<'py>(
     tables_dir: Option<&str>,
     cut_short: (i64, i64),
     scratch_dir: Option<&str>,
+    kernel_classes: Option<Vec<(i64, String, String, String)>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cut = cut_of(cut_short)?;
+    let classes = classes_of_arg(tables_dir.is_some(), kernel_classes)?;
     let scratch = scratch_dir
         .or(tables_dir)
         .map(|d| Path::new(d).to_path_buf());
@@ -282,7 +285,12 @@ fn write_raw_events_parquet<'py>(
             let tables = dir
                 .as_deref()
                 .zip(scratch.as_deref())
-                .map(|(dir, scratch)| TablesOut { dir, scratch, cut });
+                .map(|(dir, scratch)| TablesOut {
+                    dir,
+                    scratch,
+                    cut,
+                    classes: &classes,
+                });
             write_raw_events(&input, &output, rank, limits, codec, tables)
         }))
         .unwrap_or_else(|p| {
@@ -310,6 +318,21 @@ fn write_raw_events_parquet<'py>(
     Ok(d)
 }
 
+/// The kernel classes (db/kernel_classes.csv's rows: priority, category expression, name
+/// expression, kind), required with the tables: without them every kernel's kind would be NULL.
+fn classes_of_arg(
+    tables: bool,
+    rows: Option<Vec<(i64, String, String, String)>>,
+) -> PyResult<Vec<KernelClass>> {
+    match rows {
+        Some(rows) => classes_of(&rows).map_err(PyValueError::new_err),
+        None if tables => Err(PyValueError::new_err(
+            "the one-pass tables need kernel_classes (db/kernel_classes.csv's rows)",
+        )),
+        None => Ok(Vec::new()),
+    }
+}
+
 fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
     if denominator <= 0 || numerator < 0 {
         return Err(PyValueError::new_err(format!(
@@ -326,7 +349,7 @@ fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
 /// them: B/E pairs, a late time base, a Perfetto trace) written into `tables_dir`; returns
 /// {table: rows}. Raises ValueError with a one-line message when a file cannot be read or written.
 #[pyfunction]
-#[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10), scratch_dir = None))]
+#[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10), scratch_dir = None, kernel_classes = None))]
 fn rank_tables_of_parquet<'py>(
     py: Python<'py>,
     raw: &str,
@@ -334,8 +357,10 @@ fn rank_tables_of_parquet<'py>(
     rank: i32,
     cut_short: (i64, i64),
     scratch_dir: Option<&str>,
+    kernel_classes: Option<Vec<(i64, String, String, String)>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cut = cut_of(cut_short)?;
+    let classes = classes_of_arg(true, kernel_classes)?;
     let (raw, dir) = (
         Path::new(raw).to_path_buf(),
         Path::new(tables_dir).to_path_buf(),
@@ -343,7 +368,7 @@ fn rank_tables_of_parquet<'py>(
     let scratch = Path::new(scratch_dir.unwrap_or(tables_dir)).to_path_buf();
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut)
+            tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut, &classes)
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });

@@ -1,6 +1,6 @@
 //! Stage 5 (the map's shard), beside `parquet_out`: the per-rank tables that are one pass over
-//! a rank's events — `threads`, `steps`, `cpu_ops`, `annotations`, `runtime` (db/schema.sql
-//! documents their columns) — built from the event batches as they are decoded and written as
+//! a rank's events — `threads`, `steps`, `cpu_ops`, `annotations`, `runtime`, `kernels` (its rules:
+//! the `kernels` module; db/schema.sql documents every column) — built from the event batches as they are decoded and written as
 //! Parquet files next to raw_events.parquet. Only the rows of those tables are held (not the
 //! whole trace); the step of each row is known once every ProfilerStep is, at the end.
 //!
@@ -15,7 +15,7 @@
 //!   starts after that step's end); `self_ns` of cpu_ops and annotations: the row's duration
 //!   less the union of the other rows of its table and thread inside it (`nesting`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::BufWriter;
@@ -34,11 +34,19 @@ use serde_json::Value;
 
 use crate::columns::COLUMNS;
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
-use crate::nesting::{self_times, Interner, Span};
+use crate::kernels::{self, range_pairs, KernelClass, Launches};
+use crate::nesting::{self_times, tie_runs, Interner, Span};
 use crate::parquet_out::{properties, Codec};
 
 /// The tables this module builds, in the order they are written.
-pub const TABLES: &[&str] = &["threads", "steps", "cpu_ops", "annotations", "runtime"];
+pub const TABLES: &[&str] = &[
+    "threads",
+    "steps",
+    "cpu_ops",
+    "annotations",
+    "runtime",
+    "kernels",
+];
 
 /// `cut_short_max_ratio` as a fraction (numerator, denominator): a last step shorter than
 /// that share of the shortest other step was cut short by the profiler.
@@ -175,6 +183,7 @@ pub fn table_schema(table: &str) -> SchemaRef {
             f.push(field("is_sync", Boolean));
             schema_of(f)
         }
+        "kernels" => kernels::schema(),
         other => panic!("no native table {other}"),
     }
 }
@@ -202,6 +211,7 @@ pub struct RankTables {
     cpu_ops: Gathered,
     annotations: Gathered,
     runtime: Gathered,
+    kernels: Gathered,
 }
 
 fn strings(batch: &RecordBatch, name: &str) -> StringArray {
@@ -315,6 +325,7 @@ impl RankTables {
             cpu_ops: gathered("cpu_ops"),
             annotations: gathered("annotations"),
             runtime: gathered("runtime"),
+            kernels: gathered("kernels"),
         }
     }
 
@@ -334,6 +345,7 @@ impl RankTables {
         let n = batch.num_rows();
         let (mut cpu, mut ann, mut run) = (vec![false; n], vec![false; n], vec![false; n]);
         let (mut any_cpu, mut any_ann, mut any_run) = (false, false, false);
+        let (mut gpu, mut any_gpu) = (vec![false; n], false);
         for i in 0..n {
             let Some(p) = get(&ph, i) else { continue };
             let name_i = get(&name, i);
@@ -394,6 +406,10 @@ impl RankTables {
                     run[i] = true;
                     any_run = true;
                 }
+                Some(c) if kernels::CATEGORIES.contains(&c) => {
+                    gpu[i] = true;
+                    any_gpu = true;
+                }
                 _ => {}
             }
         }
@@ -411,6 +427,13 @@ impl RankTables {
         if any_run {
             let rows = filter_record_batch(&project(batch, RUNTIME)?, &BooleanArray::from(run))?;
             self.runtime.push(rows)?;
+        }
+        if any_gpu {
+            let rows = filter_record_batch(
+                &project(batch, kernels::GATHERED)?,
+                &BooleanArray::from(gpu),
+            )?;
+            self.kernels.push(rows)?;
         }
         Ok(())
     }
@@ -448,6 +471,7 @@ impl RankTables {
         cut: CutShort,
         dir: &Path,
         parallel: bool,
+        classes: &[KernelClass],
     ) -> Result<Vec<(&'static str, usize)>, String> {
         let (steps, synthetic) = self.steps();
         let rank = self.rank;
@@ -468,9 +492,36 @@ impl RankTables {
         let RankTables {
             cpu_ops,
             annotations,
-            runtime,
+            mut runtime,
+            mut kernels,
             ..
         } = self;
+        // (the kernels' launching calls, read before the runtime rows are written)
+        let gathering = |e: ArrowError| format!("cannot gather the rows of kernels ({e})");
+        let launches = Launches::of(&mut runtime, &step_of).map_err(gathering)?;
+        let pairs = range_pairs(&mut kernels, &launches).map_err(gathering)?;
+        let write_kernels = |parts: Gathered| {
+            let mut kinds = HashMap::new();
+            let mut first = 0;
+            let batches = parts.into_parts().map_err(gathering)?.map(|part| {
+                let part = part?;
+                let batch = kernels::rows_batch(
+                    rank,
+                    &part,
+                    first,
+                    &pairs,
+                    &launches,
+                    &mut kinds,
+                    classes,
+                    &step_of,
+                    &group_desc,
+                    &p2p_peer_arg,
+                );
+                first += part.num_rows();
+                batch
+            });
+            write_table("kernels", dir, batches)
+        };
         let write = |(table, mut parts): (&'static str, Gathered)| {
             let fail = |e: ArrowError| format!("cannot gather the rows of {table} ({e})");
             let self_ns = match table {
@@ -514,6 +565,7 @@ impl RankTables {
                 rows.push(write(table)?);
             }
         }
+        rows.push(write_kernels(kernels)?);
         Ok(rows)
     }
 
@@ -706,7 +758,9 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
                 .clone())
         };
         let (pid, tid, name) = (text("pid")?, text("tid")?, text("name")?);
-        let (ts, dur) = (int("ts_ns")?, int("dur_ns")?);
+        let (ts, dur, external_id) = (int("ts_ns")?, int("dur_ns")?, int("external_id")?);
+        // (annotations have no sequence number)
+        let seq = int("seq_number").ok();
         let mut key = String::new();
         // (rows come in runs of one thread and often one name: each looked up once per run)
         let mut last_thread: Option<(Option<&str>, Option<&str>, u32)> = None;
@@ -737,6 +791,9 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
                 ts_ns,
                 end_ns: ts_ns.saturating_add(geti(&dur, i).unwrap_or(0)),
                 name_order: u32::MAX,
+                external_id: geti(&external_id, i),
+                seq_number: seq.as_ref().and_then(|s| geti(s, i)),
+                content: 0,
             });
             name_ids.push(get(&name, i).map(|n| match last_name {
                 Some((last, id)) if last == n => id,
@@ -754,7 +811,86 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
             span.name_order = order[id as usize];
         }
     }
+    let runs = tie_runs(&spans);
+    if !runs.is_empty() {
+        order_by_content(parts, &runs, &mut spans)?;
+    }
     Ok(self_times(&spans))
+}
+
+/// Columns already in `nesting::Span`'s key: the rest of a gathered row is its content.
+const KEYED: &[&str] = &[
+    "pid",
+    "tid",
+    "ts_ns",
+    "dur_ns",
+    "name",
+    "external_id",
+    "seq_number",
+];
+
+/// One value of a row's content: NULL last, then integers or text in order.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Content {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+/// Each row of `runs` its place in its run by its content (the gathered columns not in the key,
+/// in their order; text in byte order, NULL last): read again from the gathered rows, only for
+/// those rows (twins are rare).
+fn order_by_content(
+    parts: &mut Gathered,
+    runs: &[Vec<u32>],
+    spans: &mut [Span],
+) -> Result<(), ArrowError> {
+    let wanted: std::collections::HashSet<u32> = runs.iter().flatten().copied().collect();
+    let mut content: HashMap<u32, Vec<Content>> = HashMap::with_capacity(wanted.len());
+    let mut first = 0u32;
+    for part in parts.parts()? {
+        let part = part?;
+        let schema = part.schema();
+        let columns: Vec<&ArrayRef> = schema
+            .fields()
+            .iter()
+            .zip(part.columns())
+            .filter(|(f, _)| !KEYED.contains(&f.name().as_str()))
+            .map(|(_, c)| c)
+            .collect();
+        for i in 0..part.num_rows() {
+            let row = first + i as u32;
+            if !wanted.contains(&row) {
+                continue;
+            }
+            let values = columns
+                .iter()
+                .map(|c| {
+                    if c.is_null(i) {
+                        Content::Null
+                    } else if let Some(a) = c.as_any().downcast_ref::<StringArray>() {
+                        Content::Text(a.value(i).to_owned())
+                    } else if let Some(a) = c.as_any().downcast_ref::<Int64Array>() {
+                        Content::Int(a.value(i))
+                    } else if let Some(a) = c.as_any().downcast_ref::<Int32Array>() {
+                        Content::Int(a.value(i).into())
+                    } else {
+                        Content::Null
+                    }
+                })
+                .collect();
+            content.insert(row, values);
+        }
+        first += part.num_rows() as u32;
+    }
+    for run in runs {
+        let mut members = run.clone();
+        members.sort_by(|a, b| content[a].cmp(&content[b]).then(a.cmp(b)));
+        for (place, row) in members.into_iter().enumerate() {
+            spans[row as usize].content = place as u32;
+        }
+    }
+    Ok(())
 }
 
 /// Columns of the tables with nearly one value per row: a dictionary would only be built to be
@@ -796,6 +932,7 @@ pub fn tables_of_raw_parquet(
     scratch: &Path,
     rank: i32,
     cut: CutShort,
+    classes: &[KernelClass],
 ) -> Result<Vec<(&'static str, usize)>, String> {
     let fail = |e: &dyn std::fmt::Display| format!("cannot read {} ({e})", raw.display());
     let file = File::open(raw).map_err(|e| fail(&e))?;
@@ -821,7 +958,7 @@ pub fn tables_of_raw_parquet(
         .map_err(|e| fail(&e))?;
         tables.add(&events).map_err(|e| fail(&e))?;
     }
-    tables.finish(cut, dir, false)
+    tables.finish(cut, dir, false, classes)
 }
 
 #[cfg(test)]
@@ -889,7 +1026,7 @@ mod tests {
                 tables.add(b).unwrap();
             }
             assert_eq!(tables.cpu_ops.spilled(), spill);
-            tables.finish(cut, &dir, spill).unwrap();
+            tables.finish(cut, &dir, spill, &[]).unwrap();
             let mut names: Vec<String> = std::fs::read_dir(&dir)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

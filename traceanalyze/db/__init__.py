@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "15"  # 15: cpu_ops.self_ns, annotations.self_ns; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
+SCHEMA_VERSION = "15"  # 15: cpu_ops.self_ns, annotations.self_ns, kernels built by the reader; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 
 
 def _sql_text(name: str) -> str:
@@ -59,9 +59,7 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables (empty) and the kernel classification seed table."""
     con.execute(_sql_text("schema.sql"))
     con.execute("CREATE TABLE kernel_classes (priority INTEGER, cat_regex VARCHAR, name_regex VARCHAR, kind VARCHAR)")
-    rows = list(csv.DictReader(_sql_text("kernel_classes.csv").splitlines()))
-    _insert_all(con, "kernel_classes", ["priority", "cat_regex", "name_regex", "kind"],
-                [(int(r["priority"]), r["cat_regex"], r["name_regex"], r["kind"]) for r in rows])
+    _insert_all(con, "kernel_classes", ["priority", "cat_regex", "name_regex", "kind"], kernel_classes())
     specs = list(csv.DictReader(_sql_text("gpu_specs.csv").splitlines()))
     columns = list(specs[0])
     _insert_all(con, "gpu_specs", columns,
@@ -99,6 +97,14 @@ def sql_string(value: Path | str) -> str:
 def sql_string_list(values) -> str:
     """`values` as an SQL list of string literals: ['a', 'b']."""
     return "[" + ", ".join(sql_string(v) for v in values) + "]"
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_classes() -> list[tuple[int, str, str, str]]:
+    """db/kernel_classes.csv's rows (priority, category expression, name expression, kind): the
+    native reader classifies the kernels table's rows by them; the database keeps them too."""
+    rows = csv.DictReader(_sql_text("kernel_classes.csv").splitlines())
+    return [(int(r["priority"]), r["cat_regex"], r["name_regex"], r["kind"]) for r in rows]
 
 
 @functools.lru_cache(maxsize=None)

@@ -150,6 +150,33 @@ CREATE TABLE runtime (
     is_sync BOOLEAN             -- the host waits for (or polls) the device: the name contains Synchronize, StreamWaitEvent, EventQuery or StreamQuery (any case)
 );
 
+-- GPU activity: kernels, memcpy and memset, classified by kernel_classes.csv, on the step that launched them. A CUPTI range profiler trace (Kineto's cuda_profiler_range events: one per kernel, its performance counters as args, no correlation) reads as kernels too: the n-th range (by start, then name) is the kernel of the rank's n-th kernel launch (the order CUPTI replays them in), when the counts agree.
+CREATE TABLE kernels (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step whose CPU code launched it (correlation), else the step its time falls in
+    kind VARCHAR,               -- compute | communication | memcpy | memset (kernel_classes.csv: the first class by priority whose expressions find a match in the category and the name; NULL when none does)
+    name VARCHAR,               -- kernel name (may contain < > & from C++ templates)
+    device INTEGER,             -- GPU index: args.device, else the pid when it is an integer in decimal digits
+    stream BIGINT,              -- GPU stream: args.stream, else the tid when it is an integer in decimal digits
+    ts_ns BIGINT,               -- start on the GPU, ns (rank's clock)
+    dur_ns BIGINT,              -- duration, ns
+    end_ns BIGINT,              -- end, ns
+    correlation BIGINT,         -- correlation id of the launching runtime call (range profiler kernels: of the launch in the same place in launch order)
+    external_id BIGINT,         -- External id of the launching operator
+    launch_ts_ns BIGINT,        -- when the host launched it, ns (NULL when unknown; a kernel whose correlation two runtime calls carry has a row for each)
+    copy_bytes BIGINT,          -- bytes moved (memcpy / memset)
+    collective_name VARCHAR,    -- args."Collective name" on NCCL kernels (newer torch)
+    in_msg_nelems BIGINT,       -- args."In msg nelems"
+    dtype VARCHAR,              -- args.dtype
+    pg_name VARCHAR,            -- args."Process Group Name"
+    group_size INTEGER,         -- args."Group size"
+    pg_desc VARCHAR,            -- args."Process Group Description", NULL when none ('undefined')
+    pg_ranks VARCHAR,           -- args."Process Group Ranks" (JSON text)
+    collective_seq BIGINT,      -- args.Seq: the collective's sequence number in its group (newer torch)
+    peer_group_rank INTEGER,    -- send / recv kernels: args."Dst Rank" / "Src Rank" as a rank of the process group (as cpu_ops.peer_group_rank), NULL when absent
+    counters VARCHAR            -- CUPTI range profiler kernels (cuda_profiler_range): their performance counters, JSON text {"metric": value}; their times are not measured (see docs/loading.md); NULL for other kernels
+);
+
 -- Everything odd the loader saw: skipped files, truncations, malformed events, notes.
 CREATE TABLE load_issues (
     rank INTEGER,               -- rank concerned, NULL for the whole load

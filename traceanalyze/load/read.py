@@ -9,7 +9,7 @@ A Perfetto protobuf trace (by its name: discover.is_protobuf) is decoded by the 
 into the same columns (native/src/pftrace: tracks, slices, interned names, debug annotations
 as args).
 The reader also builds the rank's one-pass tables in the same pass (threads, steps, cpu_ops,
-annotations, runtime: native/src/rank_tables.rs, NATIVE_TABLES) and writes them next to
+annotations, runtime, kernels: native/src/rank_tables.rs, NATIVE_TABLES) and writes them next to
 raw_events.parquet; rows fixed after the read are given to it again from the fixed file.
 This module adds the rank, checks the time base, turns B/E pairs into X events and words the
 reader's counts as load issues. It is the only module that knows the native reader.
@@ -40,7 +40,7 @@ BLOCK_BYTES = 8 << 20
 # how the reader compresses raw_events.parquet (see docs/loading.md for the measurements)
 RAW_EVENTS_COMPRESSION = "zstd"
 # the per-rank tables the reader builds as it parses, as <table>.parquet beside raw_events.parquet
-NATIVE_TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime")
+NATIVE_TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime", "kernels")
 
 
 def _cut_short() -> tuple[int, int]:
@@ -110,7 +110,8 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
         out_dict = _native.write_raw_events_parquet(str(tf.path), str(out), tf.rank, threads=threads,
                                                     block_bytes=BLOCK_BYTES, compression=RAW_EVENTS_COMPRESSION,
                                                     tables_dir=str(out.parent), cut_short=_cut_short(),
-                                                    scratch_dir=str(scratch or out.parent))
+                                                    scratch_dir=str(scratch or out.parent),
+                                                    kernel_classes=tracedb.kernel_classes())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     notes: list[tuple[str, str, int | None]] = list(out_dict["notes"])
@@ -140,7 +141,8 @@ def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> Non
     """The one-pass tables again, from the rows as the map fixed them (the file `out`)."""
     try:
         _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
-                                       scratch_dir=str(scratch or out.parent))
+                                       scratch_dir=str(scratch or out.parent),
+                                       kernel_classes=tracedb.kernel_classes())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
 
