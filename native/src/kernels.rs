@@ -50,7 +50,6 @@ pub const GATHERED: &[&str] = &[
     "pg_desc",
     "pg_ranks",
     "collective_seq",
-    "other_args",
 ];
 
 pub const CATEGORIES: &[&str] = &[
@@ -63,7 +62,7 @@ pub const CATEGORIES: &[&str] = &[
     "cuda_profiler_range",
 ];
 
-const RANGE: &str = "cuda_profiler_range";
+pub const RANGE: &str = "cuda_profiler_range";
 const LAUNCHES: &[&str] = &[
     "cudaLaunchKernel",
     "cuLaunchKernel",
@@ -131,8 +130,8 @@ pub fn schema() -> SchemaRef {
 
 /// A runtime call: its start and step.
 type Call = (i64, Option<i64>);
-/// Reads the group rank of a send / recv's peer from (name, other_args).
-type PeerOf<'a> = &'a dyn Fn(Option<&str>, Option<&str>) -> Option<i32>;
+/// Each category's kinds by name (NULL name: `None`), classified once.
+pub type Kinds = HashMap<String, (Option<Option<String>>, HashMap<String, Option<String>>)>;
 
 /// The runtime calls of a rank by correlation (start, step), and its kernel launches in order.
 pub struct Launches {
@@ -262,11 +261,10 @@ pub fn rows_batch(
     first: usize,
     pairs: &[Vec<Option<i64>>],
     launches: &Launches,
-    kinds: &mut HashMap<(String, Option<String>), Option<String>>,
+    kinds: &mut Kinds,
     classes: &[KernelClass],
     step_of: &dyn Fn(Option<i64>) -> Option<i64>,
     group_desc: &dyn Fn(Option<&str>) -> Option<&str>,
-    peer: PeerOf,
 ) -> Result<RecordBatch, ArrowError> {
     let s = |n: &str| column::<StringArray>(part, n);
     let i64s = |n: &str| column::<Int64Array>(part, n);
@@ -285,29 +283,30 @@ pub fn rows_batch(
         i64s("collective_seq")?,
     );
     let (device, group_size) = (i32s("device")?, i32s("group_size")?);
-    let (collective, dtype, pg_name, pg_desc, pg_ranks, other) = (
+    let (collective, dtype, pg_name, pg_desc, pg_ranks, counter) = (
         s("collective_name")?,
         s("dtype")?,
         s("pg_name")?,
         s("pg_desc")?,
         s("pg_ranks")?,
-        s("other_args")?,
+        s("counters")?,
     );
+    let peer = i32s("peer_group_rank")?;
     let n = part.num_rows();
     // the output rows: (input row, correlation, launching call)
     let mut out: Vec<(usize, Option<i64>, Option<Call>)> = Vec::with_capacity(n);
     for i in 0..n {
         let own = int(correlation, i);
         let places = &pairs[first + i];
-        let correlations: Vec<Option<i64>> = if places.is_empty() {
-            vec![own]
-        } else {
-            places.iter().map(|p| own.or(*p)).collect()
+        let mut add = |c: Option<i64>| match c.and_then(|c| launches.by_correlation.get(&c)) {
+            Some(calls) => out.extend(calls.iter().map(|call| (i, c, Some(*call)))),
+            None => out.push((i, c, None)),
         };
-        for c in correlations {
-            match c.and_then(|c| launches.by_correlation.get(&c)) {
-                Some(calls) => out.extend(calls.iter().map(|call| (i, c, Some(*call)))),
-                None => out.push((i, c, None)),
+        if places.is_empty() {
+            add(own);
+        } else {
+            for p in places {
+                add(own.or(*p));
             }
         }
     }
@@ -347,14 +346,25 @@ pub fn rows_batch(
         let t = int(ts, i);
         let category = text(cat, i).unwrap_or_default();
         let row_name = text(name, i);
-        let key = (category.to_owned(), row_name.map(str::to_owned));
-        let k = kinds.entry(key).or_insert_with(|| {
-            let nm = row_name?;
+        let classify = |nm: &str| {
             classes
                 .iter()
                 .find(|cl| cl.cat.is_match(category) && cl.name.is_match(nm))
                 .map(|cl| cl.kind.clone())
-        });
+        };
+        if !kinds.contains_key(category) {
+            kinds.insert(category.to_owned(), (None, HashMap::new()));
+        }
+        let by_category = kinds.get_mut(category).expect("inserted");
+        let k: &Option<String> = match row_name {
+            None => by_category.0.get_or_insert(None),
+            Some(nm) => {
+                if !by_category.1.contains_key(nm) {
+                    by_category.1.insert(nm.to_owned(), classify(nm));
+                }
+                &by_category.1[nm]
+            }
+        };
         step.append_option(call.and_then(|(_, s)| s).or_else(|| step_of(t)));
         kind.append_option(k.as_deref());
         names.append_option(row_name);
@@ -377,13 +387,8 @@ pub fn rows_batch(
         desc.append_option(group_desc(text(pg_desc, i)));
         ranks.append_option(text(pg_ranks, i));
         cseq.append_option(int(seq, i));
-        peers.append_option(
-            collective
-                .is_valid(i)
-                .then(|| peer(row_name, text(other, i)))
-                .flatten(),
-        );
-        counters.append_option((category == RANGE).then(|| text(other, i)).flatten());
+        peers.append_option(peer.is_valid(i).then(|| peer.value(i)));
+        counters.append_option(text(counter, i));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_value(rank, m)),

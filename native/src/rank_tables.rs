@@ -429,11 +429,34 @@ impl RankTables {
             self.runtime.push(rows)?;
         }
         if any_gpu {
-            let rows = filter_record_batch(
-                &project(batch, kernels::GATHERED)?,
-                &BooleanArray::from(gpu),
-            )?;
-            self.kernels.push(rows)?;
+            // (other_args is read here, for the two columns made of it, and not gathered)
+            let other = strings(batch, "other_args");
+            let collective = strings(batch, "collective_name");
+            let peer = Int32Array::from_iter((0..n).map(|i| {
+                (gpu[i] && collective.is_valid(i))
+                    .then(|| p2p_peer_arg(get(&name, i), get(&other, i)))
+                    .flatten()
+            }));
+            let counters = StringArray::from_iter((0..n).map(|i| {
+                (gpu[i] && get(&cat, i) == Some(kernels::RANGE))
+                    .then(|| get(&other, i))
+                    .flatten()
+            }));
+            let copied = project(batch, kernels::GATHERED)?;
+            let mut fields: Vec<Field> = copied
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            fields.push(field("peer_group_rank", DataType::Int32));
+            fields.push(field("counters", DataType::Utf8));
+            let mut columns = copied.columns().to_vec();
+            columns.push(Arc::new(peer));
+            columns.push(Arc::new(counters));
+            let rows = RecordBatch::try_new(schema_of(fields), columns)?;
+            self.kernels
+                .push(filter_record_batch(&rows, &BooleanArray::from(gpu))?)?;
         }
         Ok(())
     }
@@ -515,7 +538,6 @@ impl RankTables {
                     classes,
                     &step_of,
                     &group_desc,
-                    &p2p_peer_arg,
                 );
                 first += part.num_rows();
                 batch
