@@ -567,10 +567,11 @@ impl RankTables {
         if parallel {
             // (each table on its own thread: the map's SQL tables used every core too)
             let written: Vec<_> = std::thread::scope(|scope| {
-                let handles: Vec<_> = events
+                let mut handles: Vec<_> = events
                     .into_iter()
                     .map(|table| scope.spawn(|| write(table)))
                     .collect();
+                handles.push(scope.spawn(|| write_kernels(kernels)));
                 handles
                     .into_iter()
                     .map(|h| {
@@ -586,8 +587,8 @@ impl RankTables {
             for table in events {
                 rows.push(write(table)?);
             }
+            rows.push(write_kernels(kernels)?);
         }
-        rows.push(write_kernels(kernels)?);
         Ok(rows)
     }
 
