@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
@@ -59,6 +59,25 @@ pub const DUR_NS: usize = 6;
 pub const FLOW_ID: usize = 7;
 pub const FIRST_ARG: usize = 8;
 pub const OTHER_ARGS: usize = COLUMNS.len() - 1;
+
+/// The column `name` of `batch` (any batch of ours, found by name) as an array of type `T`.
+pub fn by_name<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ArrowError> {
+    batch
+        .column(batch.schema().index_of(name)?)
+        .as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| ArrowError::SchemaError(format!("column {name} of an unexpected type")))
+}
+
+/// Row `i` of a text column (None: NULL).
+pub fn text_at(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+/// Row `i` of a BIGINT column (None: NULL).
+pub fn int_at(a: &Int64Array, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
+}
 
 pub fn schema() -> SchemaRef {
     let fields: Vec<Field> = COLUMNS

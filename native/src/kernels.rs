@@ -27,6 +27,7 @@ use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringAr
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use regex::Regex;
 
+use crate::columns::{by_name, int_at, text_at};
 use crate::gathered::Gathered;
 
 /// Columns of the event batches the kernels table copies (gathered in this order).
@@ -140,22 +141,6 @@ pub struct Launches {
     ordered: Vec<i64>,
 }
 
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, ArrowError> {
-    batch
-        .column(batch.schema().index_of(name)?)
-        .as_any()
-        .downcast_ref::<T>()
-        .ok_or_else(|| ArrowError::SchemaError(format!("column {name} of an unexpected type")))
-}
-
-fn text(a: &StringArray, i: usize) -> Option<&str> {
-    a.is_valid(i).then(|| a.value(i))
-}
-
-fn int(a: &Int64Array, i: usize) -> Option<i64> {
-    a.is_valid(i).then(|| a.value(i))
-}
-
 impl Launches {
     /// From the gathered runtime rows (columns name, ts_ns, correlation).
     pub fn of(
@@ -167,19 +152,19 @@ impl Launches {
         for part in runtime.parts()? {
             let part = part?;
             let (name, ts, correlation) = (
-                column::<StringArray>(&part, "name")?,
-                column::<Int64Array>(&part, "ts_ns")?,
-                column::<Int64Array>(&part, "correlation")?,
+                by_name::<StringArray>(&part, "name")?,
+                by_name::<Int64Array>(&part, "ts_ns")?,
+                by_name::<Int64Array>(&part, "correlation")?,
             );
             for i in 0..part.num_rows() {
-                let (Some(c), Some(t)) = (int(correlation, i), int(ts, i)) else {
+                let (Some(c), Some(t)) = (int_at(correlation, i), int_at(ts, i)) else {
                     continue;
                 };
                 by_correlation
                     .entry(c)
                     .or_default()
                     .push((t, step_of(Some(t))));
-                if text(name, i).is_some_and(|n| LAUNCHES.iter().any(|l| n.starts_with(l))) {
+                if text_at(name, i).is_some_and(|n| LAUNCHES.iter().any(|l| n.starts_with(l))) {
                     launches.push((t, c));
                 }
             }
@@ -204,14 +189,14 @@ pub fn range_pairs(
     for part in kernels.parts()? {
         let part = part?;
         let (cat, name, ts) = (
-            column::<StringArray>(&part, "cat")?,
-            column::<StringArray>(&part, "name")?,
-            column::<Int64Array>(&part, "ts_ns")?,
+            by_name::<StringArray>(&part, "cat")?,
+            by_name::<StringArray>(&part, "name")?,
+            by_name::<Int64Array>(&part, "ts_ns")?,
         );
         for i in 0..part.num_rows() {
-            if text(cat, i) == Some(RANGE) {
-                let t = int(ts, i).unwrap_or(0);
-                ranges.push((t, text(name, i).map(str::to_owned), rows + i));
+            if text_at(cat, i) == Some(RANGE) {
+                let t = int_at(ts, i).unwrap_or(0);
+                ranges.push((t, text_at(name, i).map(str::to_owned), rows + i));
             }
         }
         rows += part.num_rows();
@@ -266,9 +251,9 @@ pub fn rows_batch(
     step_of: &dyn Fn(Option<i64>) -> Option<i64>,
     group_desc: &dyn Fn(Option<&str>) -> Option<&str>,
 ) -> Result<RecordBatch, ArrowError> {
-    let s = |n: &str| column::<StringArray>(part, n);
-    let i64s = |n: &str| column::<Int64Array>(part, n);
-    let i32s = |n: &str| column::<Int32Array>(part, n);
+    let s = |n: &str| by_name::<StringArray>(part, n);
+    let i64s = |n: &str| by_name::<Int64Array>(part, n);
+    let i32s = |n: &str| by_name::<Int32Array>(part, n);
     let (cat, name, pid, tid) = (s("cat")?, s("name")?, s("pid")?, s("tid")?);
     let (ts, dur, stream, correlation) = (
         i64s("ts_ns")?,
@@ -296,7 +281,7 @@ pub fn rows_batch(
     // the output rows: (input row, correlation, launching call)
     let mut out: Vec<(usize, Option<i64>, Option<Call>)> = Vec::with_capacity(n);
     for i in 0..n {
-        let own = int(correlation, i);
+        let own = int_at(correlation, i);
         let places = &pairs[first + i];
         let mut add = |c: Option<i64>| match c.and_then(|c| launches.by_correlation.get(&c)) {
             Some(calls) => out.extend(calls.iter().map(|call| (i, c, Some(*call)))),
@@ -343,9 +328,9 @@ pub fn rows_batch(
     );
     let (mut peers, mut counters) = (Int32Builder::with_capacity(m), StringBuilder::new());
     for (i, c, call) in out {
-        let t = int(ts, i);
-        let category = text(cat, i).unwrap_or_default();
-        let row_name = text(name, i);
+        let t = int_at(ts, i);
+        let category = text_at(cat, i).unwrap_or_default();
+        let row_name = text_at(name, i);
         let classify = |nm: &str| {
             classes
                 .iter()
@@ -369,26 +354,27 @@ pub fn rows_batch(
         kind.append_option(k.as_deref());
         names.append_option(row_name);
         dev.append_option(
-            (device.is_valid(i).then(|| device.value(i))).or_else(|| integer::<i32>(text(pid, i))),
+            (device.is_valid(i).then(|| device.value(i)))
+                .or_else(|| integer::<i32>(text_at(pid, i))),
         );
-        strm.append_option(int(stream, i).or_else(|| integer::<i64>(text(tid, i))));
+        strm.append_option(int_at(stream, i).or_else(|| integer::<i64>(text_at(tid, i))));
         t0.append_option(t);
-        d.append_option(int(dur, i));
-        t1.append_option(t.and_then(|t| Some(t.saturating_add(int(dur, i)?))));
+        d.append_option(int_at(dur, i));
+        t1.append_option(t.and_then(|t| Some(t.saturating_add(int_at(dur, i)?))));
         corr.append_option(c);
-        ext.append_option(int(external_id, i));
+        ext.append_option(int_at(external_id, i));
         launch.append_option(call.map(|(start, _)| start));
-        copy.append_option(int(bytes, i));
-        coll.append_option(text(collective, i));
-        nelems.append_option(int(in_msg, i));
-        dt.append_option(text(dtype, i));
-        pgn.append_option(text(pg_name, i));
+        copy.append_option(int_at(bytes, i));
+        coll.append_option(text_at(collective, i));
+        nelems.append_option(int_at(in_msg, i));
+        dt.append_option(text_at(dtype, i));
+        pgn.append_option(text_at(pg_name, i));
         gsize.append_option(group_size.is_valid(i).then(|| group_size.value(i)));
-        desc.append_option(group_desc(text(pg_desc, i)));
-        ranks.append_option(text(pg_ranks, i));
-        cseq.append_option(int(seq, i));
+        desc.append_option(group_desc(text_at(pg_desc, i)));
+        ranks.append_option(text_at(pg_ranks, i));
+        cseq.append_option(int_at(seq, i));
         peers.append_option(peer.is_valid(i).then(|| peer.value(i)));
-        counters.append_option(text(counter, i));
+        counters.append_option(text_at(counter, i));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_value(rank, m)),

@@ -58,25 +58,41 @@ impl Span {
     }
 }
 
-/// The rows (indices into `spans`) that no key but their content tells apart, in runs of two or
-/// more: the caller gives each its `content` place.
-pub fn tie_runs(spans: &[Span]) -> Vec<Vec<u32>> {
-    let mut order: Vec<u32> = (0..spans.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| (spans[i as usize].key(), i));
-    let mut runs = Vec::new();
-    let mut first = 0;
-    while first < order.len() {
-        let key = spans[order[first] as usize].key();
-        let mut end = first + 1;
-        while end < order.len() && spans[order[end] as usize].key() == key {
-            end += 1;
+/// The rows in the order `self_times` reads them: by key, then (`content`) by the rest of their
+/// content; sorted once.
+pub struct Ordered {
+    order: Vec<u32>,
+    /// the runs of two or more rows (ranges of `order`) that no key but their content tells apart
+    ties: Vec<std::ops::Range<usize>>,
+}
+
+impl Ordered {
+    /// `spans` sorted by key (rows of one key in their index order, until `self_times` places
+    /// them by `content`).
+    pub fn of(spans: &[Span]) -> Ordered {
+        let mut order: Vec<u32> = (0..spans.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| (spans[i as usize].key(), i));
+        let mut ties = Vec::new();
+        let mut first = 0;
+        while first < order.len() {
+            let key = spans[order[first] as usize].key();
+            let mut end = first + 1;
+            while end < order.len() && spans[order[end] as usize].key() == key {
+                end += 1;
+            }
+            if end - first > 1 {
+                ties.push(first..end);
+            }
+            first = end;
         }
-        if end - first > 1 {
-            runs.push(order[first..end].to_vec());
-        }
-        first = end;
+        Ordered { order, ties }
     }
-    runs
+
+    /// The rows (indices into `spans`) only their content tells apart, a run at a time: the
+    /// caller gives each its `content` place.
+    pub fn tie_runs(&self) -> impl Iterator<Item = &[u32]> {
+        self.ties.iter().map(|r| &self.order[r.clone()])
+    }
 }
 
 /// Ids of values in first-seen order, and each id's place in the values' sorted order.
@@ -109,8 +125,15 @@ impl Interner {
 
 /// The exclusive time of every row of `spans` (in their order), ns.
 pub fn self_times(spans: &[Span]) -> Vec<i64> {
-    let mut order: Vec<u32> = (0..spans.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| (spans[i as usize].key(), spans[i as usize].content, i));
+    self_times_in(spans, Ordered::of(spans))
+}
+
+/// `self_times` over rows sorted already (`Ordered::of`, their `content` places given since).
+pub fn self_times_in(spans: &[Span], ordered: Ordered) -> Vec<i64> {
+    let Ordered { mut order, ties } = ordered;
+    for run in ties {
+        order[run].sort_unstable_by_key(|&i| (spans[i as usize].content, i));
+    }
     let at = |k: usize| spans[order[k] as usize];
     // `b` (after `a` in the order) lies inside `a`
     let inside =

@@ -32,10 +32,10 @@ use parquet::arrow::ArrowWriter;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::columns::COLUMNS;
+use crate::columns::{by_name, int_at, text_at, COLUMNS};
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
 use crate::kernels::{self, range_pairs, KernelClass, Launches};
-use crate::nesting::{self_times, tie_runs, Interner, Span};
+use crate::nesting::{self_times_in, Interner, Ordered, Span};
 use crate::parquet_out::{properties, Codec};
 
 /// The tables this module builds, in the order they are written.
@@ -232,21 +232,6 @@ fn ints(batch: &RecordBatch, name: &str) -> Int64Array {
         .clone()
 }
 
-fn as_strings(a: &ArrayRef) -> &StringArray {
-    a.as_any()
-        .downcast_ref::<StringArray>()
-        .expect("a text column")
-}
-
-fn get(a: &StringArray, i: usize) -> Option<&str> {
-    a.is_valid(i).then(|| a.value(i))
-}
-
-fn geti(a: &Int64Array, i: usize) -> Option<i64> {
-    a.is_valid(i).then(|| a.value(i))
-}
-
-/// N of a `ProfilerStep#N` name when N is digits a BIGINT holds.
 fn step_number(name: &str) -> Option<i64> {
     let digits = name.strip_prefix("ProfilerStep#")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -347,13 +332,13 @@ impl RankTables {
         let (mut any_cpu, mut any_ann, mut any_run) = (false, false, false);
         let (mut gpu, mut any_gpu) = (vec![false; n], false);
         for i in 0..n {
-            let Some(p) = get(&ph, i) else { continue };
-            let name_i = get(&name, i);
+            let Some(p) = text_at(&ph, i) else { continue };
+            let name_i = text_at(&name, i);
             if p == "M" {
                 if let Some(kind @ ("thread_name" | "process_name")) = name_i {
                     let key = (
-                        get(&pid, i).map(str::to_owned),
-                        get(&tid, i).map(str::to_owned),
+                        text_at(&pid, i).map(str::to_owned),
+                        text_at(&tid, i).map(str::to_owned),
                     );
                     let entry = self.threads.entry(key).or_default();
                     let slot = if kind == "thread_name" {
@@ -361,7 +346,7 @@ impl RankTables {
                     } else {
                         &mut entry.1
                     };
-                    if let Some(l) = get(&label, i) {
+                    if let Some(l) = text_at(&label, i) {
                         if slot.as_deref().is_none_or(|s| l < s) {
                             *slot = Some(l.to_owned());
                         }
@@ -372,9 +357,9 @@ impl RankTables {
             if p != "X" {
                 continue;
             }
-            let Some(t) = geti(&ts, i) else { continue };
-            let d = geti(&dur, i);
-            let c = get(&cat, i);
+            let Some(t) = int_at(&ts, i) else { continue };
+            let d = int_at(&dur, i);
+            let c = text_at(&cat, i);
             if c != Some("Trace") {
                 let end = t.saturating_add(d.unwrap_or(0));
                 self.window = Some(match self.window {
@@ -434,12 +419,12 @@ impl RankTables {
             let collective = strings(batch, "collective_name");
             let peer = Int32Array::from_iter((0..n).map(|i| {
                 (gpu[i] && collective.is_valid(i))
-                    .then(|| p2p_peer_arg(get(&name, i), get(&other, i)))
+                    .then(|| p2p_peer_arg(text_at(&name, i), text_at(&other, i)))
                     .flatten()
             }));
             let counters = StringArray::from_iter((0..n).map(|i| {
-                (gpu[i] && get(&cat, i) == Some(kernels::RANGE))
-                    .then(|| get(&other, i))
+                (gpu[i] && text_at(&cat, i) == Some(kernels::RANGE))
+                    .then(|| text_at(&other, i))
                     .flatten()
             }));
             let copied = project(batch, kernels::GATHERED)?;
@@ -678,9 +663,11 @@ fn rows_batch(
     let ts = ts.as_any().downcast_ref::<Int64Array>().expect("ts_ns");
     let dur = by("dur_ns");
     let dur = dur.as_any().downcast_ref::<Int64Array>().expect("dur_ns");
-    let step: ArrayRef = Arc::new(Int64Array::from_iter((0..n).map(|i| step_of(geti(ts, i)))));
+    let step: ArrayRef = Arc::new(Int64Array::from_iter(
+        (0..n).map(|i| step_of(int_at(ts, i))),
+    ));
     let end: ArrayRef = Arc::new(Int64Array::from_iter(
-        (0..n).map(|i| Some(geti(ts, i)?.saturating_add(geti(dur, i)?))),
+        (0..n).map(|i| Some(int_at(ts, i)?.saturating_add(int_at(dur, i)?))),
     ));
     let name = by("name");
     let names = name.as_any().downcast_ref::<StringArray>().expect("name");
@@ -700,7 +687,7 @@ fn rows_batch(
                         .downcast_ref::<StringArray>()
                         .expect("pg_desc");
                     columns.push(Arc::new(StringArray::from_iter(
-                        (0..n).map(|i| group_desc(get(text, i))),
+                        (0..n).map(|i| group_desc(text_at(text, i))),
                     )));
                 } else {
                     columns.push(column);
@@ -719,9 +706,9 @@ fn rows_batch(
                     .expect("other_args"),
             );
             columns.push(Arc::new(Int32Array::from_iter((0..n).map(|i| {
-                let name = get(names, i);
+                let name = text_at(names, i);
                 (is_p2p_call(name) || collective.is_valid(i))
-                    .then(|| p2p_peer_arg(name, get(other, i)))
+                    .then(|| p2p_peer_arg(name, text_at(other, i)))
                     .flatten()
             }))));
             columns.push(by("group_size"));
@@ -731,7 +718,7 @@ fn rows_batch(
             let cat = by("cat");
             let cat = cat.as_any().downcast_ref::<StringArray>().expect("cat");
             columns.push(Arc::new(BooleanArray::from_iter(
-                (0..n).map(|i| get(cat, i).map(|c| c == "gpu_user_annotation")),
+                (0..n).map(|i| text_at(cat, i).map(|c| c == "gpu_user_annotation")),
             )));
             for c in &ANNOTATIONS[2..6] {
                 columns.push(by(c));
@@ -752,7 +739,7 @@ fn rows_batch(
             }
             let pattern = sync_pattern();
             columns.push(Arc::new(BooleanArray::from_iter(
-                (0..n).map(|i| get(names, i).map(|s| pattern.is_match(s))),
+                (0..n).map(|i| text_at(names, i).map(|s| pattern.is_match(s))),
             )));
         }
         other => panic!("no native table {other}"),
@@ -768,18 +755,8 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
     let mut name_ids = Vec::new();
     for part in parts.parts()? {
         let part = part?;
-        let by = |name: &str| -> Result<ArrayRef, ArrowError> {
-            Ok(part.column(part.schema().index_of(name)?).clone())
-        };
-        let text =
-            |name: &str| -> Result<StringArray, ArrowError> { Ok(as_strings(&by(name)?).clone()) };
-        let int = |name: &str| -> Result<Int64Array, ArrowError> {
-            Ok(by(name)?
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .expect("a BIGINT column")
-                .clone())
-        };
+        let text = |name: &str| by_name::<StringArray>(&part, name);
+        let int = |name: &str| by_name::<Int64Array>(&part, name);
         let (pid, tid, name) = (text("pid")?, text("tid")?, text("name")?);
         let (ts, dur, external_id) = (int("ts_ns")?, int("dur_ns")?, int("external_id")?);
         // (annotations have no sequence number)
@@ -789,7 +766,7 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
         let mut last_thread: Option<(Option<&str>, Option<&str>, u32)> = None;
         let mut last_name: Option<(&str, u32)> = None;
         for i in 0..part.num_rows() {
-            let (p, t) = (get(&pid, i), get(&tid, i));
+            let (p, t) = (text_at(pid, i), text_at(tid, i));
             let thread = match last_thread {
                 Some((lp, lt, id)) if lp == p && lt == t => id,
                 _ => {
@@ -808,17 +785,17 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
                     id
                 }
             };
-            let ts_ns = geti(&ts, i).unwrap_or(0);
+            let ts_ns = int_at(ts, i).unwrap_or(0);
             spans.push(Span {
                 thread,
                 ts_ns,
-                end_ns: ts_ns.saturating_add(geti(&dur, i).unwrap_or(0)),
+                end_ns: ts_ns.saturating_add(int_at(dur, i).unwrap_or(0)),
                 name_order: u32::MAX,
-                external_id: geti(&external_id, i),
-                seq_number: seq.as_ref().and_then(|s| geti(s, i)),
+                external_id: int_at(external_id, i),
+                seq_number: seq.and_then(|s| int_at(s, i)),
                 content: 0,
             });
-            name_ids.push(get(&name, i).map(|n| match last_name {
+            name_ids.push(text_at(name, i).map(|n| match last_name {
                 Some((last, id)) if last == n => id,
                 _ => {
                     let id = names.id(n);
@@ -834,11 +811,12 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
             span.name_order = order[id as usize];
         }
     }
-    let runs = tie_runs(&spans);
+    let ordered = Ordered::of(&spans);
+    let runs: Vec<Vec<u32>> = ordered.tie_runs().map(<[u32]>::to_vec).collect();
     if !runs.is_empty() {
         order_by_content(parts, &runs, &mut spans)?;
     }
-    Ok(self_times(&spans))
+    Ok(self_times_in(&spans, ordered))
 }
 
 /// Columns already in `nesting::Span`'s key: the rest of a gathered row is its content.
