@@ -17,7 +17,7 @@ from traceanalyze import _native
 from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.read import read_rank, write_raw_events
+from traceanalyze.load.read import read_rank, view_raw_events, write_raw_events
 
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 50}
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 10}
@@ -33,7 +33,11 @@ def _read_both(path: Path):
         tracedb.create_schema(con)
         parquet = path.with_name(path.name + ".raw_events.parquet")
         try:
-            got = read_rank(con, tf) if how == "stream" else write_raw_events(con, tf, parquet)
+            if how == "stream":
+                got = read_rank(con, tf)
+            else:
+                got = write_raw_events(con, tf, parquet)
+                view_raw_events(con, [parquet])
         except TraceFormatError as exc:
             assert not parquet.exists()  # a file that is not a trace leaves no Parquet file
             out.append((None, None, exc))

@@ -9,6 +9,7 @@ rule to abstain (the window is below its `judge` needs) with a reason containing
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -39,19 +40,27 @@ def matches(expected, actual) -> bool:
     return expected == actual
 
 
-def _run_case(rule_id: str, case: dict, tmp_path: Path, abstained: list) -> tuple[list, duckdb.DuckDBPyConnection]:
-    trace_dir = write_trace_dir(case["trace"], tmp_path / "trace")
-    db = tmp_path / "trace.duckdb"
-    load_trace_dir(trace_dir, db)
+def _loaded(case: dict, once_per_session) -> Path:
+    """The case's trace written as Kineto JSON and loaded: once per session for every case with
+    the same trace (cases of one rule often differ in their parameters only; the database is
+    only read)."""
+    def make(folder: Path) -> Path:
+        load_trace_dir(write_trace_dir(case["trace"], folder / "trace"), folder / "trace.duckdb")
+        return folder / "trace.duckdb"
+
+    return once_per_session("rule-case " + json.dumps(case["trace"], sort_keys=True), make)
+
+
+def _run_case(rule_id: str, case: dict, db: Path, abstained: list) -> tuple[list, duckdb.DuckDBPyConnection]:
     rule = {r.id: r for r in load_rules()}[rule_id]
     con = duckdb.connect(str(db), read_only=True)
     return run_rule(con, rule, case.get("params"), abstained=abstained), con
 
 
 @pytest.mark.parametrize("rule_id, case", list(_cases()))
-def test_rule_case(rule_id, case, tmp_path):
+def test_rule_case(rule_id, case, once_per_session):
     abstained: list[tuple[str, str]] = []
-    findings, con = _run_case(rule_id, case, tmp_path, abstained)
+    findings, con = _run_case(rule_id, case, _loaded(case, once_per_session), abstained)
     try:
         if "abstain" in case:
             assert [r for r, _ in abstained] == [rule_id] and case["abstain"] in abstained[0][1], abstained

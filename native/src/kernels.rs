@@ -136,7 +136,10 @@ pub type Kinds = HashMap<String, (Option<Option<String>>, HashMap<String, Option
 
 /// The runtime calls of a rank by correlation (start, step), and its kernel launches in order.
 pub struct Launches {
-    by_correlation: HashMap<i64, Vec<Call>>,
+    /// every runtime call with a correlation: (correlation, call), in correlation order, each
+    /// correlation's calls in gathered order (a sorted list: 32 bytes a call, where a map with a
+    /// list per correlation took several times that)
+    calls: Vec<(i64, Call)>,
     /// correlations of the kernel launches, in (start, correlation) order
     ordered: Vec<i64>,
 }
@@ -147,7 +150,7 @@ impl Launches {
         runtime: &mut Gathered,
         step_of: &dyn Fn(Option<i64>) -> Option<i64>,
     ) -> Result<Launches, ArrowError> {
-        let mut by_correlation: HashMap<i64, Vec<Call>> = HashMap::new();
+        let mut calls: Vec<(i64, Call)> = Vec::new();
         let mut launches: Vec<(i64, i64)> = Vec::new();
         for part in runtime.parts()? {
             let part = part?;
@@ -160,20 +163,25 @@ impl Launches {
                 let (Some(c), Some(t)) = (int_at(correlation, i), int_at(ts, i)) else {
                     continue;
                 };
-                by_correlation
-                    .entry(c)
-                    .or_default()
-                    .push((t, step_of(Some(t))));
+                calls.push((c, (t, step_of(Some(t)))));
                 if text_at(name, i).is_some_and(|n| LAUNCHES.iter().any(|l| n.starts_with(l))) {
                     launches.push((t, c));
                 }
             }
         }
+        calls.sort_by_key(|call| call.0); // (stable: a correlation's calls keep their order)
         launches.sort_unstable();
         Ok(Launches {
-            by_correlation,
+            calls,
             ordered: launches.into_iter().map(|(_, c)| c).collect(),
         })
+    }
+
+    /// The calls of correlation `c`, in gathered order (empty when none has it).
+    fn calls_of(&self, c: i64) -> &[(i64, Call)] {
+        let first = self.calls.partition_point(|call| call.0 < c);
+        let end = first + self.calls[first..].partition_point(|call| call.0 == c);
+        &self.calls[first..end]
     }
 }
 
@@ -283,9 +291,9 @@ pub fn rows_batch(
     for i in 0..n {
         let own = int_at(correlation, i);
         let places = &pairs[first + i];
-        let mut add = |c: Option<i64>| match c.and_then(|c| launches.by_correlation.get(&c)) {
-            Some(calls) => out.extend(calls.iter().map(|call| (i, c, Some(*call)))),
-            None => out.push((i, c, None)),
+        let mut add = |c: Option<i64>| match c.map_or(&[][..], |c| launches.calls_of(c)) {
+            [] => out.push((i, c, None)),
+            calls => out.extend(calls.iter().map(|(_, call)| (i, c, Some(*call)))),
         };
         if places.is_empty() {
             add(own);

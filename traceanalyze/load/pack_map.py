@@ -25,12 +25,14 @@ import traceanalyze.db as tracedb
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
-from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, map_rank_locked,
+from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, insert_rank_rows,
+                                   map_rank_locked,
                                    open_private_database, rank_manifest, read_rank_events, shard_files,
                                    table_stage_s)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
 from traceanalyze.load.rank_read import RankRead
+from traceanalyze.load.read import view_raw_events
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, rank_lock
 from traceanalyze.load.stale import staging_prefix
 
@@ -68,12 +70,10 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
     try:
         con = open_private_database(work, sum(trace_bytes(tf) for tf in files), threads)
         try:
-            con.execute("CREATE TEMP TABLE _raw_events_empty AS SELECT * FROM raw_events LIMIT 0")
             reads: list[tuple[TraceFile, RankRead, Path]] = []
             for tf in files:
                 target = work / "out" / str(tf.rank) if store.remote else Path(store.rank_dir(tf.rank))
                 target.mkdir(parents=True, exist_ok=True)
-                _empty_raw_events(con)
                 try:
                     local = fetched(tf, _folder(work / f"fetch-{tf.rank}"))
                     read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
@@ -84,9 +84,8 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
                 reads.append((tf, read, target))
             if not reads:
                 return
-            paths = tracedb.sql_string_list(target / "raw_events.parquet" for _, _, target in reads)
-            _drop_raw_events(con)
-            con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet({paths})")
+            insert_rank_rows(con, [(tf, read) for tf, read, _ in reads])
+            view_raw_events(con, [target / "raw_events.parquet" for _, _, target in reads])
             insert_native_tables(con, [target for _, _, target in reads])
             tables_s = table_stage_s(build_rank_tables(con, [tf for tf, _, _ in reads]), len(reads))
             written = _write_pack_tables(con, store, reads, work / "parts")
@@ -159,18 +158,3 @@ def _folder(path: Path) -> Path:
     return path
 
 
-def _drop_raw_events(con) -> None:
-    """raw_events is a table (the schema's, or a rank read through DuckDB) or a view (over a
-    rank's Parquet file): drop whichever it is."""
-    (kind,) = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'main'"
-                          " AND table_name = 'raw_events'").fetchone() or (None,)
-    if kind == "VIEW":
-        con.execute("DROP VIEW raw_events")
-    elif kind is not None:
-        con.execute("DROP TABLE raw_events")
-
-
-def _empty_raw_events(con) -> None:
-    """An empty raw_events table for the next rank's read (read.py fixes rare rows in it)."""
-    _drop_raw_events(con)
-    con.execute("CREATE TABLE raw_events AS SELECT * FROM _raw_events_empty")

@@ -93,14 +93,17 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
 def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, threads: int = 0,
                      scratch: Path | None = None) -> RankRead:
     """Parse `tf` into the Parquet file `out` (the shard's raw_events.parquet, rank =
-    tf.rank) and make `raw_events` of `con` a view over it. Raises TraceFormatError (one line,
-    the file and the byte offset) for a file that is not a readable trace; `out` is then gone.
+    tf.rank). Raises TraceFormatError (one line, the file and the byte offset) for a file that
+    is not a readable trace; `out` is then gone. The caller reads the file back as `raw_events`
+    (view_raw_events), for one rank or a pack of them.
 
     Rows that need a second look (B/E pairs, a time base learned after the events, a Perfetto
-    protobuf trace) are fixed in `con`'s `raw_events` table and written out by DuckDB instead.
+    protobuf trace) are fixed in `con`'s `raw_events` table (the schema's, emptied first) and
+    written out by DuckDB instead; a rank that needs none runs no statement in `con`.
     The one-pass tables (NATIVE_TABLES) go beside `out`; their rows past 64 MB wait in the
     private folder `scratch` (default: beside `out`)."""
     if is_protobuf(tf.path):
+        con.execute("DELETE FROM raw_events")
         read = read_rank(con, tf, threads)
         _copy_out(con, out)
         _tables_of_fixed_rows(out, tf, scratch)
@@ -124,6 +127,7 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
     source = f"read_parquet({tracedb.sql_string(out)})"
     pairs = 0
     if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
+        con.execute("DELETE FROM raw_events")
         con.execute(f"INSERT INTO raw_events SELECT * FROM {source}")
         if shift:
             _shift_times(con, tf.rank, shift)
@@ -131,10 +135,18 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
         notes += be_notes
         _copy_out(con, out)
         _tables_of_fixed_rows(out, tf, scratch)
-    con.execute("DROP TABLE raw_events")
-    con.execute(f"CREATE VIEW raw_events AS SELECT * FROM {source}")
     return RankRead(metadata, out_dict["events"] - pairs, out_dict["events_bytes"], out_dict["truncated_at_byte"],
                     out_dict["lost_bytes"], notes, stages)
+
+
+def view_raw_events(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
+    """`raw_events` of `con` as a view over the ranks' raw_events.parquet `files` (in place of the
+    schema's table, which holds only rows being fixed)."""
+    (kind,) = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'main'"
+                          " AND table_name = 'raw_events'").fetchone() or (None,)
+    if kind is not None:
+        con.execute("DROP VIEW raw_events" if kind == "VIEW" else "DROP TABLE raw_events")
+    con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet({tracedb.sql_string_list(files)})")
 
 
 def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> None:

@@ -2,31 +2,19 @@
 
 -- a collective's name as c10d, gloo or NCCL spell it -> one name: 'AllReduce', 'allreduce_' -> 'all_reduce', 'allgather_into_tensor_coalesced' -> 'all_gather'
 CREATE OR REPLACE MACRO collective_op(raw) AS (
-    CASE regexp_replace(lower(coalesce(raw, '')), '[^a-z]', '', 'g')
-        WHEN 'allreduce' THEN 'all_reduce'
-        WHEN 'allreducecoalesced' THEN 'all_reduce'
-        WHEN 'allgather' THEN 'all_gather'
-        WHEN 'allgatherintotensor' THEN 'all_gather'
-        WHEN 'allgatherbase' THEN 'all_gather'
-        WHEN 'allgatherintotensorcoalesced' THEN 'all_gather'
-        WHEN 'reducescatter' THEN 'reduce_scatter'
-        WHEN 'reducescattertensor' THEN 'reduce_scatter'
-        WHEN 'reducescatterbase' THEN 'reduce_scatter'
-        WHEN 'reducescattertensorcoalesced' THEN 'reduce_scatter'
-        WHEN 'broadcast' THEN 'broadcast'
-        WHEN 'reduce' THEN 'reduce'
-        WHEN 'alltoall' THEN 'all_to_all'
-        WHEN 'alltoallv' THEN 'all_to_all'
-        WHEN 'alltoallbase' THEN 'all_to_all'
-        WHEN 'sendrecv' THEN 'send_recv'
-        WHEN 'send' THEN 'send'
-        WHEN 'recv' THEN 'recv'
-        WHEN 'barrier' THEN 'barrier'
-        WHEN 'gather' THEN 'gather'
-        WHEN 'scatter' THEN 'scatter'
-        WHEN '' THEN NULL
-        ELSE regexp_replace(lower(raw), '[^a-z0-9]+', '_', 'g')
-    END
+    -- (a map: a CASE over the key repeats its expression in every branch, which DuckDB binds
+    -- again at each of the macro's uses; letters only, '' for a name without any: NULL)
+    nullif(coalesce(MAP {
+        'allreduce': 'all_reduce', 'allreducecoalesced': 'all_reduce', 'allgather': 'all_gather',
+        'allgatherintotensor': 'all_gather', 'allgatherbase': 'all_gather',
+        'allgatherintotensorcoalesced': 'all_gather', 'reducescatter': 'reduce_scatter',
+        'reducescattertensor': 'reduce_scatter', 'reducescatterbase': 'reduce_scatter',
+        'reducescattertensorcoalesced': 'reduce_scatter', 'broadcast': 'broadcast', 'reduce': 'reduce',
+        'alltoall': 'all_to_all', 'alltoallv': 'all_to_all', 'alltoallbase': 'all_to_all',
+        'sendrecv': 'send_recv', 'send': 'send', 'recv': 'recv', 'barrier': 'barrier', 'gather': 'gather',
+        'scatter': 'scatter', '': ''
+    }[regexp_replace(lower(coalesce(raw, '')), '[^a-z]', '', 'g')],
+        regexp_replace(lower(raw), '[^a-z0-9]+', '_', 'g')), '')
 );
 
 -- a range during which the training loop waits for its input: the DataLoader's / DataPipe's
