@@ -380,9 +380,14 @@ COMPRESSED_CHUNK_BYTES = 256 << 10
 def convert_file(src: Path, dst: Path, gzipped: bool = False, compress: bool = False,
                  reset_every: int = 0) -> int:
     """Write `dst` from the JSON trace `src`; returns the number of events skipped (not representable)."""
+    return convert_doc(read_json(src), dst, gzipped, compress, reset_every)
+
+
+def convert_doc(doc, dst: Path, gzipped: bool = False, compress: bool = False, reset_every: int = 0) -> int:
+    """convert_file for a JSON trace already read (read_json's value, left unchanged)."""
     frames: list[bytes] = []
     conv = Converter(frames.append, reset_every)
-    conv.convert(read_json(src))
+    conv.convert(doc)
     if compress:
         chunks, chunk, size = [], [], 0
         for f in frames:

@@ -153,6 +153,8 @@ def test_a_stored_database_with_older_macros_is_analyzed_with_the_current_ones(t
     with duckdb.connect(str(out / "trace.duckdb")) as con:
         con.execute("DROP MACRO collective_moved_bytes")
         con.execute("CREATE OR REPLACE MACRO collective_op(raw) AS (NULL)")
+        # (the hash of the macros it stores, as a version before this one recorded: none)
+        con.execute("DELETE FROM load_meta WHERE key = 'macros'")
     again = cli(FIXTURES / "large_allreduce", "--out", out, "--format", "json")
     assert "reusing" in again.stderr
     before, after = json.loads(first.stdout), json.loads(again.stdout)
@@ -161,3 +163,37 @@ def test_a_stored_database_with_older_macros_is_analyzed_with_the_current_ones(t
     assert "comm-dominated" in {f["rule"] for f in after["findings"]}
     sql = cli("sql", out / "trace.duckdb", "SELECT collective_op('AllReduce')", "--format", "csv")
     assert sql.stdout.strip().splitlines()[-1] == "all_reduce"
+
+
+def test_a_database_of_this_version_is_read_with_its_stored_macros_another_with_a_copy(tmp_path, balanced_db):
+    """A connection to a database this version built uses the macros stored in it (no temporary
+    copy); one whose stored macros are another version's (load_meta 'macros' differs) gets this
+    version's as temporary macros, which shadow the stored ones."""
+    import shutil
+
+    from traceanalyze import db as tracedb
+
+    def temporary_macros(path) -> set[str]:
+        con = tracedb.connect(path, read_only=True)
+        try:
+            return {name for (name,) in con.execute(
+                "SELECT function_name FROM duckdb_functions() WHERE database_name = 'temp' "
+                "AND function_type IN ('macro', 'table_macro')").fetchall()}
+        finally:
+            con.close()
+
+    assert temporary_macros(balanced_db) == set()
+    other = tmp_path / "other.duckdb"
+    shutil.copyfile(balanced_db, other)
+    with duckdb.connect(str(other)) as con:
+        con.execute("UPDATE load_meta SET value = 'another version' WHERE key = 'macros'")
+        con.execute("CREATE OR REPLACE MACRO collective_op(raw) AS (NULL)")
+        stored = {name for (name,) in con.execute(
+            "SELECT function_name FROM duckdb_functions() WHERE database_name = 'other' "
+            "AND function_type IN ('macro', 'table_macro')").fetchall()}
+    assert "collective_op" in stored and temporary_macros(other) == stored
+    con = tracedb.connect(other, read_only=True)
+    try:
+        assert con.execute("SELECT collective_op('AllReduce')").fetchone() == ("all_reduce",)
+    finally:
+        con.close()

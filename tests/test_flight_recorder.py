@@ -68,12 +68,6 @@ def frontier_by_hand(dumps: dict[int, dict]) -> dict:
     return {"stopped": stopped, "culprits": culprits}
 
 
-def load(scenario: str, tmp_path: Path) -> Path:
-    db = tmp_path / f"{scenario}.duckdb"
-    load_trace_dir(FIXTURES / scenario, db)
-    return db
-
-
 def q(db: Path, sql: str, *params):
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(sql, list(params)).fetchall()
@@ -104,9 +98,9 @@ def test_the_gloo_dumps_look_as_the_issue_says():
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_tables_hold_every_entry_of_every_dump(scenario, tmp_path):
+def test_tables_hold_every_entry_of_every_dump(scenario, fixture_db):
     dumps = dumps_of(scenario)
-    db = load(scenario, tmp_path)
+    db = fixture_db(FIXTURES / scenario)
     assert dict(q(db, "SELECT rank, count(*) FROM fr_entries GROUP BY rank")) == \
         {r: len(d["entries"]) for r, d in dumps.items()}
     assert dict(q(db, "SELECT rank, entries FROM fr_dumps")) == {r: len(d["entries"]) for r, d in dumps.items()}
@@ -123,8 +117,8 @@ def test_tables_hold_every_entry_of_every_dump(scenario, tmp_path):
         assert got_status == want_status
 
 
-def test_group_members_are_inferred_from_the_entries(tmp_path):
-    db = load("tp_hang", tmp_path)
+def test_group_members_are_inferred_from_the_entries(fixture_db):
+    db = fixture_db(FIXTURES / "tp_hang")
     groups = {pg: (desc, members, source) for pg, desc, members, source in q(db, "SELECT * FROM fr_groups")}
     members: dict[str, set[int]] = {}
     for rank, dump in dumps_of("tp_hang").items():
@@ -136,9 +130,9 @@ def test_group_members_are_inferred_from_the_entries(tmp_path):
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_frontiers_match_the_dumps(scenario, tmp_path):
+def test_frontiers_match_the_dumps(scenario, fixture_db):
     want = frontier_by_hand(dumps_of(scenario))
-    db = load(scenario, tmp_path)
+    db = fixture_db(FIXTURES / scenario)
     got = {pg: {"seq": seq, "reached": reached, "missing": missing}
            for pg, seq, reached, missing in q(db, "SELECT pg_name, collective_seq_id, reached_ranks, missing_ranks "
                                                   "FROM fr_frontiers")}
@@ -168,13 +162,13 @@ def test_skipped_all_reduce_names_the_rank_that_never_arrived(tmp_path):
     assert "Flight Recorder 4 dumps (ranks 0-3" in text
 
 
-def test_a_tp_hang_names_the_tp_collective_not_the_world_wait(tmp_path):
+def test_a_tp_hang_names_the_tp_collective_not_the_world_wait(fixture_db):
     dumps = dumps_of("tp_hang")
     hand = frontier_by_hand(dumps)
     assert hand["culprits"] == [3]
     tp = next(pg for pg, s in hand["stopped"].items() if pg != "0")
     seq = hand["stopped"][tp]["seq"]
-    a = traceanalyze.analyze(FIXTURES / "tp_hang", progress=False)
+    a = traceanalyze.analyze(FIXTURES / "tp_hang", db=fixture_db(FIXTURES / "tp_hang"), progress=False)
     try:
         (finding,) = [f for f in a.findings if f.rule == "collective-hang"]
         assert finding.severity == "error" and list(finding.ranks) == [3]
@@ -222,10 +216,11 @@ def test_a_hang_fails_the_gate(tmp_path):
     assert "collective-hang" in proc.stdout
 
 
-def test_dumps_beside_the_same_jobs_profiler_traces(tmp_path):
+def test_dumps_beside_the_same_jobs_profiler_traces(fixture_db):
     """Both read: the profile's ranks and steps, and the hang from the dumps."""
-    a = traceanalyze.analyze(FIXTURES / "hang_with_profile", progress=False)
-    summary = a.summary_dict
+    folder = FIXTURES / "hang_with_profile"
+    with traceanalyze.analyze(folder, db=fixture_db(folder), progress=False) as a:
+        summary = a.summary_dict
     assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
     assert summary["steps"]["aligned"]
     assert [d["rank"] for d in summary["flight_recorder"]["dumps"]] == [0, 1, 2, 3]
@@ -233,14 +228,14 @@ def test_dumps_beside_the_same_jobs_profiler_traces(tmp_path):
     assert hang["ranks"] == frontier_by_hand(dumps_of("hang_with_profile"))["culprits"] == [2]
 
 
-def test_summary_with_dumps_satisfies_the_schema(tmp_path):
+def test_summary_with_dumps_satisfies_the_schema(fixture_db):
     import json
 
     import jsonschema
 
     schema = json.loads((ROOT / "traceanalyze" / "summary" / "summary.schema.json").read_text())
-    a = traceanalyze.analyze(FIXTURES / "tp_hang", progress=False)
-    jsonschema.validate(a.summary_dict, schema)
+    with traceanalyze.analyze(FIXTURES / "tp_hang", db=fixture_db(FIXTURES / "tp_hang"), progress=False) as a:
+        jsonschema.validate(a.summary_dict, schema)
 
 
 # ---------------------------------------------------------------- hostile dumps
@@ -452,13 +447,13 @@ def test_strings_from_a_dump_are_escaped_in_the_report_and_the_terminal(tmp_path
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_each_recording_gets_the_finding_it_was_built_for(scenario):
+def test_each_recording_gets_the_finding_it_was_built_for(scenario, fixture_db):
     """expected.json `injected` (ground truth by construction in record_flight_recorder.py):
     exactly that Flight Recorder finding, or none."""
     import json
 
     injected = json.loads((FIXTURES / scenario / "expected.json").read_text())["injected"]
-    a = traceanalyze.analyze(FIXTURES / scenario, progress=False)
+    a = traceanalyze.analyze(FIXTURES / scenario, db=fixture_db(FIXTURES / scenario), progress=False)
     try:
         got = [{"rule": f.rule, "ranks": list(f.ranks), "pg_name": f.evidence["pg_name"],
                 "collective_seq_id": f.evidence["collective_seq_id"], "severity": f.severity}

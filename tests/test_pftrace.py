@@ -45,14 +45,19 @@ DDP_DIRS = ["balanced", "compute_straggler", "fsdp_balanced", "memory_creep", "s
 FILE_TABLES = {"ranks", "load_meta", "load_issues"}
 
 
-def convert_dir(src: Path, dst: Path, **options) -> list[Path]:
+def convert_dir(src: Path, dst: Path, counted: list[int] | None = None, **options) -> list[Path]:
+    """The JSON traces of `src` as .pftrace files in `dst`; `counted` (if given) receives the
+    number of events of every JSON file, counted from the same reading of it."""
     dst.mkdir(parents=True, exist_ok=True)
     out = []
     for f in sorted(src.iterdir()):
         if f.name.endswith((".json", ".json.gz")) and f.name != "expected.json":
             target = dst / (f.name.removesuffix(".gz").removesuffix(".json") + ".pftrace"
                             + (".gz" if options.get("gzipped") else ""))
-            assert conv.convert_file(f, target, **options) == 0  # every event representable
+            doc = conv.read_json(f)
+            if counted is not None:
+                counted.append(len(doc if isinstance(doc, list) else doc.get("traceEvents", [])))
+            assert conv.convert_doc(doc, target, **options) == 0  # every event representable
             out.append(target)
     return out
 
@@ -87,28 +92,20 @@ def assert_same_tables(json_db: Path, pf_db: Path) -> None:
     assert rank_rows(pf_db) == rank_rows(json_db)
 
 
-def count_json_events(src: Path) -> int:
-    n = 0
-    for f in src.iterdir():
-        if f.name.endswith((".json", ".json.gz")) and f.name != "expected.json":
-            doc = conv.read_json(f)
-            n += len(doc if isinstance(doc, list) else doc.get("traceEvents", []))
-    return n
-
-
 @pytest.mark.parametrize("folder", [REAL / d for d in REAL_DIRS] + [DDP / d for d in DDP_DIRS],
                          ids=lambda p: p.name)
 def test_converted_traces_give_the_same_tables_and_findings(folder: Path, tmp_path: Path, fixture_db):
     """The JSON side is the session's shared database of the folder, analyzed as run_analysis
     analyzes (the configuration looked up from the working folder)."""
-    convert_dir(folder, tmp_path / "pf")
+    counted: list[int] = []
+    convert_dir(folder, tmp_path / "pf", counted)
     with traceanalyze.analyze(folder, db=fixture_db(folder), config=Path.cwd(), progress=False) as a:
         json_summary = a.summary_dict
     pf_run = run_analysis(tmp_path / "pf", tmp_path / "pf-out", html=False)
     assert_same_tables(fixture_db(folder), pf_run.paths.db)
     with duckdb.connect(str(pf_run.paths.db), read_only=True) as con:
         (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
-    assert events == count_json_events(folder)  # every event of the JSON, one row each
+    assert events == sum(counted)  # every event of the JSON, one row each
     assert pf_run.summary["findings"] == json_summary["findings"]
     assert without_files(pf_run.summary["ranks"]) == without_files(json_summary["ranks"])
 

@@ -321,7 +321,9 @@ def _stop_cluster(start: subprocess.Popen, temp_dir: str, port: int) -> None:
 
     daemons = set(in_session(start.pid))
     daemons |= {pid for pid in carrying_owner_token() if ours(cmdline(pid))}
-    stop([*daemons, *(d for pid in daemons for d in descendants(pid))])
+    # (the cluster is private and thrown away: its gcs_server, raylet and agents took the whole
+    # 30 s grace to act on SIGTERM (measured), so they get SIGKILL after a short one)
+    stop([*daemons, *(d for pid in daemons for d in descendants(pid))], grace_s=2.0)
     stop_popen(start)
 
 

@@ -137,6 +137,25 @@ def create_macros(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
         pass
 
 
+@functools.lru_cache(maxsize=None)
+def macros_fingerprint() -> str:
+    """A hash of this version's macro text (load_meta 'macros' of a database built with it)."""
+    import hashlib
+
+    return hashlib.sha256("\0".join(_sql_text(name) for name in (*MACRO_FILES, SPECS_MACROS)).encode()).hexdigest()
+
+
+def has_these_macros(con: duckdb.DuckDBPyConnection) -> bool:
+    """The database stores this version's very macros (built by this version: load_meta says
+    so), so a connection needs no temporary copy of them (creating it costs a re-run a tenth of
+    its time). A database of another version, or not ours, gets the copy (connect)."""
+    try:
+        row = con.execute("SELECT value FROM load_meta WHERE key = 'macros'").fetchone()
+    except duckdb.Error:
+        return False
+    return row is not None and row[0] == macros_fingerprint()
+
+
 THREADS_ENV = "TRACEANALYZE_DUCKDB_THREADS"
 
 # A stage's connection over this little trace (JSON bytes) runs one DuckDB thread: on a few MB,
@@ -220,7 +239,8 @@ def connect(path: Path | str, read_only: bool = False, config: dict | None = Non
     if locked:  # (set after the views' shard folder is allowed: see _lock)
         del config["enable_external_access"]
     con = open_quiet(path, read_only=read_only, config=config)
-    create_macros(con, temporary=True)
+    if not has_these_macros(con):
+        create_macros(con, temporary=True)
     bound_views_memory(con)
     if locked:
         _lock(con)

@@ -189,7 +189,7 @@ CREATE TABLE load_issues (
 
 -- Facts about the load itself.
 CREATE TABLE load_meta (
-    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read)
+    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read), 'macros' (a hash of the macros it stores: when it is this version's, a connection uses them as stored)
     value VARCHAR               -- its value
 );
 

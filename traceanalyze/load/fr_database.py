@@ -42,7 +42,7 @@ def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) ->
             align_ranks(con)
             build_critical_path(con)
             rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__,
-                    "storage": "tables", **meta}
+                    "macros": tracedb.macros_fingerprint(), "storage": "tables", **meta}
             con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))
             con.execute("CHECKPOINT")
         finally:

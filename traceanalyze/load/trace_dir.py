@@ -394,7 +394,8 @@ def _short_os_error(exc: Exception) -> str:
 
 
 def _write_meta(con, meta: dict[str, str]) -> None:
-    rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__, **meta}
+    rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__,
+            "macros": tracedb.macros_fingerprint(), **meta}
     con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))
 
 
