@@ -4,8 +4,9 @@ the JSON itself with hand-written formulas."""
 from __future__ import annotations
 
 import gzip
-from collections import Counter
+import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -307,11 +308,18 @@ def test_only_the_outermost_op_with_a_formula_carries_flops(loaded, folder):
             def order(e):  # op_id's order within a thread: start, longer first, then External id and name
                 return (e["ts"], -(e["ts"] + e["dur"]), e.get("args", {}).get("External id"), e["name"])
 
-            for e in same:
-                held = any(o is not e and o["ts"] <= e["ts"] and o["ts"] + o["dur"] >= e["ts"] + e["dur"]
-                           and order(o) < order(e) for o in same)
-                if not held:
-                    expected[(rank, e.get("args", {}).get("External id"), e["name"])] += 1
+            # e is held when an op before it (in that order) starts no later and ends no earlier:
+            # every op before it starts no later (the order is by start first), so when the
+            # latest end among them reaches e's end
+            # (ops equal in that order do not hold each other: the latest end is of those before)
+            latest_end = None
+            for _, equal in itertools.groupby(sorted(same, key=order), key=order):
+                equal = list(equal)
+                for e in equal:
+                    if latest_end is None or latest_end < e["ts"] + e["dur"]:
+                        expected[(rank, e.get("args", {}).get("External id"), e["name"])] += 1
+                ends = [e["ts"] + e["dur"] for e in equal]
+                latest_end = max(ends if latest_end is None else [latest_end, *ends])
     got = Counter(con.execute("SELECT rank, external_id, name FROM op_flops WHERE family IS NOT NULL").fetchall())
     assert sum(expected.values()) > 50
     assert got == expected
