@@ -6,6 +6,7 @@ every rank's coordinates and groups, the injected rank) and from the trace JSON 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 
@@ -33,11 +34,16 @@ def _events(scenario: str) -> dict[int, list[dict]]:
     return out
 
 
+@functools.cache
+def _reduce_scatters(scenario: str) -> bool:
+    """Some rank of the job reduce-scatters (read once per scenario: every trace is parsed)."""
+    return any(e.get("name") == "c10d::_reduce_scatter_base_" for events in _events(scenario).values() for e in events)
+
+
 def _dimension(scenario: str, mesh_name: str) -> str:
     """The dimension a mesh dim carries: dp reduce-scattering gradients (FSDP2) is fsdp."""
     name = MESH_NAMES[mesh_name]
-    if name == "data" and any(e.get("name") == "c10d::_reduce_scatter_base_"
-                              for events in _events(scenario).values() for e in events):
+    if name == "data" and _reduce_scatters(scenario):
         return "fsdp"
     return name
 
