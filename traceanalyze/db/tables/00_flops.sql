@@ -31,15 +31,14 @@ CREATE OR REPLACE MACRO concrete_text(other_args, i) AS (
 
 -- a torch dtype name -> the precision class peaks are quoted for: fp64, fp32, fp16, bf16, fp8; NULL for integers, bool, unknown
 CREATE OR REPLACE MACRO dtype_class(dtype) AS (
-    CASE lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::|torch\.)', ''))
-        WHEN 'double' THEN 'fp64' WHEN 'float64' THEN 'fp64'
-        WHEN 'float' THEN 'fp32' WHEN 'float32' THEN 'fp32'
-        WHEN 'half' THEN 'fp16' WHEN 'float16' THEN 'fp16'
-        WHEN 'bfloat16' THEN 'bf16'
-        WHEN 'float8_e4m3fn' THEN 'fp8' WHEN 'float8_e5m2' THEN 'fp8'
-        WHEN 'float8_e4m3fnuz' THEN 'fp8' WHEN 'float8_e5m2fnuz' THEN 'fp8'
-        ELSE NULL
-    END
+    -- (a map: a CASE over the name would repeat its expression in every branch, bound again at each use)
+    MAP {
+        'double': 'fp64', 'float64': 'fp64',
+        'float': 'fp32', 'float32': 'fp32',
+        'half': 'fp16', 'float16': 'fp16',
+        'bfloat16': 'bf16',
+        'float8_e4m3fn': 'fp8', 'float8_e5m2': 'fp8', 'float8_e4m3fnuz': 'fp8', 'float8_e5m2fnuz': 'fp8'
+    }[lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::|torch\.)', ''))]
 );
 
 -- an operator name -> the formula family it uses (NULL: no formula). Names without the 'aten::' prefix.

@@ -28,14 +28,14 @@ CREATE OR REPLACE MACRO is_data_range(name, is_annotation) AS (
 
 -- bytes per element of a torch dtype name as the profiler writes it ('float', 'c10::BFloat16', 'Float')
 CREATE OR REPLACE MACRO dtype_bytes(dtype) AS (
-    CASE lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::)', ''))
-        WHEN 'double' THEN 8 WHEN 'long int' THEN 8 WHEN 'long' THEN 8 WHEN 'int64' THEN 8
-        WHEN 'float' THEN 4 WHEN 'int' THEN 4 WHEN 'int32' THEN 4 WHEN 'float32' THEN 4
-        WHEN 'half' THEN 2 WHEN 'bfloat16' THEN 2 WHEN 'short int' THEN 2 WHEN 'float16' THEN 2
-        WHEN 'signed char' THEN 1 WHEN 'unsigned char' THEN 1 WHEN 'bool' THEN 1
-        WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1
-        ELSE NULL
-    END
+    -- (a map, as in collective_op: a CASE over the name would repeat its expression in every branch)
+    MAP {
+        'double': 8, 'long int': 8, 'long': 8, 'int64': 8,
+        'float': 4, 'int': 4, 'int32': 4, 'float32': 4,
+        'half': 2, 'bfloat16': 2, 'short int': 2, 'float16': 2,
+        'signed char': 1, 'unsigned char': 1, 'bool': 1,
+        'float8_e4m3fn': 1, 'float8_e5m2': 1
+    }[lower(regexp_replace(coalesce(dtype, ''), '^(c10::|at::)', ''))]
 );
 
 -- elements of the first tensor in an "Input Dims" JSON list, e.g. '[[8, 512], []]' -> 4096
