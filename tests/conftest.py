@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,12 @@ os.environ[OWNER_VARIABLE] = OWNER_TOKEN
 # A rule that breaks must fail the tests, not turn into a 'rule-failed' load issue
 # (subprocesses of the CLI inherit it). tests/test_rule_isolation.py unsets it.
 os.environ["TRACEANALYZE_STRICT_RULES"] = "1"
+
+# Compiled modules are cached (__pycache__, ignored by git) also where the environment sets
+# PYTHONDONTWRITEBYTECODE: the tests start some 400 Python processes (the command line, pool
+# and Ray workers), each of which would otherwise compile the package's modules again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,9 @@ import duckdb
 SCHEMA_VERSION = "15"  # 15: cpu_ops.self_ns, annotations.self_ns, kernels built by the reader; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 
 
+@functools.lru_cache(maxsize=None)
 def _sql_text(name: str) -> str:
+    """A file of the package's SQL (read once per process: a load reads some 30 of them)."""
     return resources.files("traceanalyze.db").joinpath(name).read_text(encoding="utf-8")
 
 
