@@ -33,14 +33,16 @@ def test_starts_a_server_and_stops_it():
 '''
 
 
-def _session(pytester, test: str):
+def _session(pytester, monkeypatch, test: str):
+    # (the planted process never exits by itself: the check need not give it its usual 5 s)
+    monkeypatch.setenv("TRACEANALYZE_TEST_SETTLE_S", "0.5")
     pytester.makeconftest((HERE / "conftest.py").read_text())
     pytester.makepyfile(processes=(HERE / "processes.py").read_text(), test_case=test)
     return pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider")
 
 
-def test_a_process_left_running_fails_the_session_and_is_stopped(pytester):
-    result = _session(pytester, LEAKY)
+def test_a_process_left_running_fails_the_session_and_is_stopped(pytester, monkeypatch):
+    result = _session(pytester, monkeypatch, LEAKY)
     leaked = int((pytester.path / "leaked.pid").read_text())
     assert result.ret != 0
     text = result.stdout.str()
@@ -49,7 +51,7 @@ def test_a_process_left_running_fails_the_session_and_is_stopped(pytester):
     assert not alive(leaked)
 
 
-def test_a_test_that_stops_its_process_passes(pytester):
-    result = _session(pytester, TIDY)
+def test_a_test_that_stops_its_process_passes(pytester, monkeypatch):
+    result = _session(pytester, monkeypatch, TIDY)
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=1, errors=0)

@@ -336,12 +336,23 @@ def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[
     """Every per-rank table as Parquet in `target` (the reader's files are there already): the
     local shard folder, or a private one uploaded from. Returns the row count of each table and
     the size and hash of each file (the manifest's)."""
-    rows = {}
+    counts = rank_row_counts(con)
+    rows = {table: sum(counts[table].values()) for table in SHARD_TABLES}
     for table in SHARD_TABLES:
-        (rows[table],) = con.execute(f"SELECT count(*) FROM {table}").fetchone()
         if table not in READER_FILES:
             con.execute(f"COPY {table} TO {tracedb.sql_string(target / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
     return rows, shard_files(store, rank, target)
+
+
+def rank_row_counts(con) -> dict[str, dict[int, int]]:
+    """Each shard table's rows per rank, {table: {rank: rows}} (a rank without rows absent), in
+    one statement (one per table cost a small load some 6 ms of planning). The names are ours."""
+    counts: dict[str, dict[int, int]] = {table: {} for table in SHARD_TABLES}
+    query = " UNION ALL ".join(f"SELECT {at} AS at, rank, count(*) AS n FROM {table} GROUP BY rank"
+                               for at, table in enumerate(SHARD_TABLES))
+    for at, rank, n in con.execute(query).fetchall():
+        counts[SHARD_TABLES[at]][rank] = n
+    return counts
 
 
 def shard_files(store: ShardStore, rank: int, target: Path) -> dict[str, dict]:

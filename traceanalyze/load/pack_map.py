@@ -27,7 +27,7 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, insert_rank_rows,
                                    map_rank_locked,
-                                   open_private_database, rank_manifest, read_rank_events, shard_files,
+                                   open_private_database, rank_manifest, rank_row_counts, read_rank_events, shard_files,
                                    table_stage_s)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
@@ -117,8 +117,9 @@ def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, Rank
     (threads,) = con.execute("SELECT current_setting('threads')").fetchone()
     con.execute("SET threads = 1")
     try:
+        all_counts = rank_row_counts(con)
         for table in SHARD_TABLES:
-            counts = dict(con.execute(f"SELECT rank, count(*) FROM {table} GROUP BY rank").fetchall())
+            counts = all_counts[table]
             for rank in ranks:
                 rows[rank][table] = counts.get(rank, 0)
             if table in READER_FILES:  # (the reader wrote each rank's file)
