@@ -11,6 +11,7 @@ pub mod gathered;
 pub mod kernels;
 pub mod nesting;
 pub mod parquet_out;
+pub mod parquet_props;
 pub mod pftrace;
 #[cfg(feature = "python")]
 mod python;

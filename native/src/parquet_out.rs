@@ -12,19 +12,14 @@ use std::time::Instant;
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 
 use crate::columns::{schema, PH};
 use crate::gathered::SPILL_BYTES;
+use crate::parquet_props::{properties, Codec};
 use crate::kernels::KernelClass;
 use crate::rank_tables::{CutShort, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
-
-/// Rows per row group at most (DuckDB's own COPY default): DuckDB reads row groups in parallel.
-pub const ROW_GROUP_ROWS: usize = 122_880;
 
 /// Columns with (nearly) a value per row: a dictionary would only be built to be dropped.
 /// Without one the rank's file is 45% smaller and the write 15% cheaper (100 MB of JSON:
@@ -43,33 +38,6 @@ const NO_DICTIONARY: &[&str] = &[
     "other_args",
     "input_dims",
 ];
-
-/// How the column chunks are compressed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Codec {
-    Zstd,
-    Snappy,
-    Uncompressed,
-}
-
-impl Codec {
-    pub fn parse(name: &str) -> Option<Codec> {
-        match name {
-            "zstd" => Some(Codec::Zstd),
-            "snappy" => Some(Codec::Snappy),
-            "none" | "uncompressed" => Some(Codec::Uncompressed),
-            _ => None,
-        }
-    }
-
-    fn compression(self) -> Compression {
-        match self {
-            Codec::Zstd => Compression::ZSTD(ZstdLevel::default()),
-            Codec::Snappy => Compression::SNAPPY,
-            Codec::Uncompressed => Compression::UNCOMPRESSED,
-        }
-    }
-}
 
 /// What writing the file did, besides the parser's outcome.
 #[derive(Debug, Default, Clone)]
@@ -100,19 +68,6 @@ pub struct TablesOut<'a> {
     pub cut: CutShort,
     /// db/kernel_classes.csv's rows (the kernels table's kinds)
     pub classes: &'a [KernelClass],
-}
-
-/// How the reader writes a Parquet file: `codec`, row groups of ROW_GROUP_ROWS, no dictionary
-/// for the columns `no_dictionary` names (those with nearly one value per row).
-pub fn properties(codec: Codec, no_dictionary: &[&str]) -> WriterProperties {
-    let mut builder = WriterProperties::builder()
-        .set_compression(codec.compression())
-        .set_max_row_group_size(ROW_GROUP_ROWS)
-        .set_created_by("traceanalyze native reader".into());
-    for column in no_dictionary {
-        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
-    }
-    builder.build()
 }
 
 /// The file's schema: `rank` INTEGER, then the batches' columns.
@@ -251,6 +206,7 @@ fn begin_end_rows(batch: &RecordBatch) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parquet_props::ROW_GROUP_ROWS;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn temp(name: &str) -> std::path::PathBuf {

@@ -36,7 +36,7 @@ use crate::columns::{by_name, int_at, text_at, COLUMNS};
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
 use crate::kernels::{self, range_pairs, KernelClass, Launches};
 use crate::nesting::{self_times_in, Interner, Ordered, Span};
-use crate::parquet_out::{properties, Codec};
+use crate::parquet_props::{properties, Codec};
 
 /// The tables this module builds, in the order they are written.
 pub const TABLES: &[&str] = &[

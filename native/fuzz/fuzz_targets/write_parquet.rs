@@ -5,7 +5,8 @@
 //!     cargo +nightly fuzz run write_parquet fuzz/corpus/parse -- -max_total_time=300
 #![no_main]
 
-use _native::parquet_out::{write_raw_events, Codec};
+use _native::parquet_out::write_raw_events;
+use _native::parquet_props::Codec;
 use _native::Limits;
 use libfuzzer_sys::fuzz_target;
 
