@@ -6,6 +6,7 @@
 //! `python` is the PyO3 boundary (no panic crosses it).
 
 pub mod columns;
+pub mod derived;
 pub mod events;
 pub mod gathered;
 pub mod kernels;

@@ -1,7 +1,15 @@
 //! How the reader writes its Parquet files (raw_events.parquet and the one-pass tables alike):
-//! the codec and the row-group size (each writer names its columns without a dictionary). A leaf: both
-//! writers (`parquet_out`, `rank_tables`) read it, it reads neither.
+//! the codec and the row-group size (each writer names its columns without a dictionary), and
+//! a table's batches written as one file. A leaf: the writers (`parquet_out`, `rank_tables`,
+//! `derived`) read it, it reads none of them.
 
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
@@ -47,4 +55,30 @@ pub fn properties(codec: Codec, no_dictionary: &[&str]) -> WriterProperties {
         builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
     }
     builder.build()
+}
+
+/// Write `batches` (of `schema`) as the file `path` (zstd; no rows: an empty file with the
+/// schema); returns the rows written, or a one-line message naming the file.
+pub fn write_batches(
+    path: &Path,
+    schema: SchemaRef,
+    batches: impl Iterator<Item = Result<RecordBatch, ArrowError>>,
+    no_dictionary: &[&str],
+) -> Result<usize, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("cannot write {} ({e})", path.display());
+    let file = File::create(path).map_err(|e| fail(&e))?;
+    let mut writer = ArrowWriter::try_new(
+        BufWriter::with_capacity(1 << 20, file),
+        schema,
+        Some(properties(Codec::Zstd, no_dictionary)),
+    )
+    .map_err(|e| fail(&e))?;
+    let mut rows = 0;
+    for batch in batches {
+        let batch = batch.map_err(|e| fail(&e))?;
+        rows += batch.num_rows();
+        writer.write(&batch).map_err(|e| fail(&e))?;
+    }
+    writer.close().map_err(|e| fail(&e))?;
+    Ok(rows)
 }

@@ -16,6 +16,7 @@ use pyo3::types::{PyCapsule, PyDict, PyList};
 
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
 use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
+use crate::derived::{derive_tables, Params, PgConfig, DERIVED};
 use crate::kernels::{classes_of, KernelClass};
 use crate::parquet_out::{write_raw_events, TablesOut};
 use crate::parquet_props::Codec;
@@ -377,6 +378,52 @@ fn rank_tables_of_parquet<'py>(
     PyDict::from_sequence(&PyList::new(py, rows)?.into_any())
 }
 
+/// The derived tables (native/src/derived: collectives, phases, GPU activity, ...) of the rank
+/// whose shard files are in `shard_dir`, written into `out_dir`; `pg_configs` is the rank's
+/// (pg_name, pg_desc, ranks, pg_size, config_index) rows, `params` the named thresholds
+/// (phase_merge_tolerance_ns, gap_data_wait_min_share_pct, gap_comm_wait_min_share_pct).
+/// Returns {table: rows}; raises ValueError with a one-line message when a file cannot be
+/// read or written.
+#[pyfunction]
+#[pyo3(signature = (shard_dir, out_dir, rank, pg_configs, params))]
+fn derive_rank_tables<'py>(
+    py: Python<'py>,
+    shard_dir: &str,
+    out_dir: &str,
+    rank: i32,
+    pg_configs: Vec<(String, Option<String>, Vec<i32>, i64, i64)>,
+    params: (i64, f64, f64),
+) -> PyResult<Bound<'py, PyDict>> {
+    let configs = pg_configs
+        .into_iter()
+        .map(|(name, desc, ranks, size, index)| PgConfig {
+            name,
+            desc,
+            ranks,
+            size,
+            index,
+        })
+        .collect();
+    let params = Params {
+        phase_merge_tolerance_ns: params.0,
+        gap_data_wait_min_share_pct: params.1,
+        gap_comm_wait_min_share_pct: params.2,
+    };
+    let (dir, out) = (Path::new(shard_dir).to_path_buf(), Path::new(out_dir).to_path_buf());
+    let got = py.allow_threads(|| {
+        catch_unwind(AssertUnwindSafe(|| derive_tables(&dir, &out, rank, configs, params)))
+            .unwrap_or_else(|p| Err(panic_message(p)))
+    });
+    let rows = got.map_err(PyValueError::new_err)?;
+    PyDict::from_sequence(&PyList::new(py, rows)?.into_any())
+}
+
+/// The derived tables this version builds, in order.
+#[pyfunction]
+fn derived_tables() -> Vec<&'static str> {
+    DERIVED.to_vec()
+}
+
 /// The other end of a send / recv as a rank of its process group (cpu_ops.peer_group_rank),
 /// from an event's name and other args: the reading the SQL macro p2p_peer_arg must agree with.
 #[pyfunction]
@@ -446,6 +493,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(write_raw_events_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(rank_tables_of_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(derive_rank_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(derived_tables, m)?)?;
     m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;

@@ -18,7 +18,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -28,7 +27,6 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 use regex::Regex;
 use serde_json::Value;
 
@@ -36,7 +34,7 @@ use crate::columns::{by_name, int_at, text_at, COLUMNS};
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
 use crate::kernels::{self, range_pairs, KernelClass, Launches};
 use crate::nesting::{self_times_in, Interner, Ordered, Span};
-use crate::parquet_props::{properties, Codec};
+use crate::parquet_props::write_batches;
 
 /// The tables this module builds, in the order they are written.
 pub const TABLES: &[&str] = &[
@@ -906,21 +904,7 @@ fn write_table(
     batches: impl Iterator<Item = Result<RecordBatch, ArrowError>>,
 ) -> Result<(&'static str, usize), String> {
     let path = dir.join(format!("{table}.parquet"));
-    let fail = |e: &dyn std::fmt::Display| format!("cannot write {} ({e})", path.display());
-    let file = File::create(&path).map_err(|e| fail(&e))?;
-    let mut writer = ArrowWriter::try_new(
-        BufWriter::with_capacity(1 << 20, file),
-        table_schema(table),
-        Some(properties(Codec::Zstd, NO_DICTIONARY)),
-    )
-    .map_err(|e| fail(&e))?;
-    let mut rows = 0;
-    for batch in batches {
-        let batch = batch.map_err(|e| fail(&e))?;
-        rows += batch.num_rows();
-        writer.write(&batch).map_err(|e| fail(&e))?;
-    }
-    writer.close().map_err(|e| fail(&e))?;
+    let rows = write_batches(&path, table_schema(table), batches, NO_DICTIONARY)?;
     Ok((table, rows))
 }
 
