@@ -9,12 +9,12 @@ alone, on the same file, to show where the time goes:
    nothing handed to DuckDB;
 3. parse + store: read_rank into `raw_events` of a database file (the map before the reader
    wrote Parquet itself);
-4. tables: the SQL-built tables (db/tables/*.sql) from that `raw_events` (the one-pass tables
-   the reader builds, threads to runtime, are put in first, untimed);
+4. tables: the SQL-built tables (db/tables/*.sql: the cross-rank ones, on one rank) from that
+   `raw_events` (the reader's per-rank tables are put in first, untimed);
 5. parse + write Parquet: the native reader writing raw_events.parquet and its one-pass tables,
    as the map does now;
-6. per-rank tables from Parquet: the map's tables from those files (the one-pass ones read in,
-   db/tables/per_rank/*.sql built).
+6. per-rank tables from Parquet: the reader's derived tables (native/src/derived) from those
+   files, as the map builds them.
 
 Each stage runs in a fresh process (page cache warm), `--repeat` times; the median is
 printed.
@@ -90,7 +90,9 @@ tracedb.create_macros(con)
 (work / "store_tables").mkdir(exist_ok=True)
 con.execute(f"COPY raw_events TO '{work / 'store_tables' / 'raw_events.parquet'}' (FORMAT parquet)")
 _native.rank_tables_of_parquet(str(work / "store_tables" / "raw_events.parquet"), str(work / "store_tables"), 0)
-for table in NATIVE_TABLES:
+from traceanalyze.load.read import DERIVED_TABLES, _derived_params
+_native.derive_rank_tables(str(work / "store_tables"), str(work / "store_tables"), 0, [], _derived_params())
+for table in (*NATIVE_TABLES, *DERIVED_TABLES):
     con.execute(f"DELETE FROM {table}")
     con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet('{work / 'store_tables' / table}.parquet')")
 timed(lambda: tracedb.build_tables(con))
@@ -101,19 +103,11 @@ timed(lambda: _native.write_raw_events_parquet(str(trace), str(work / "raw_event
                                                tables_dir=str(work)))
 """,
     "per-rank tables from Parquet": """
-from traceanalyze import db as tracedb
-con = tracedb.open_quiet(":memory:")
-tracedb.create_schema(con)
-tracedb.create_macros(con)
-from traceanalyze.load.read import NATIVE_TABLES
-con.execute("DROP TABLE raw_events")
-con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet('{work / 'raw_events.parquet'}')")
-def run():
-    for table in NATIVE_TABLES:
-        con.execute(f"DELETE FROM {table}")
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet('{work / table}.parquet')")
-    tracedb.build_tables(con, tracedb.per_rank_sql_files())
-timed(run)
+from traceanalyze import _native
+from traceanalyze.load.read import _derived_params
+out = work / "derived"
+out.mkdir(exist_ok=True)
+timed(lambda: _native.derive_rank_tables(str(work), str(out), 0, [], _derived_params()))
 """,
 }
 

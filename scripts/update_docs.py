@@ -26,7 +26,7 @@ PAGES = {
 
 
 def generated_sections() -> dict[str, str]:
-    from traceanalyze.db import _sql_text, table_comments
+    from traceanalyze.db import MACRO_FILES, _sql_text, table_comments
     from traceanalyze.db.docs import macros_markdown, schema_markdown
     from traceanalyze.diagnosis.ruleset import load_rules, rules_markdown
 
@@ -34,7 +34,7 @@ def generated_sections() -> dict[str, str]:
     # one page per topic: the tables are the page's second-level headings
     schema = re.sub(r"^#### ", "## ", schema_markdown(table_comments()), flags=re.MULTILINE)
     return {"schema": schema,
-            "macros": macros_markdown(_sql_text("tables/00_macros.sql")),
+            "macros": macros_markdown("\n".join(_sql_text(name) for name in MACRO_FILES)),
             "rules": rules_markdown(rules),
             "rule-docs": rule_docs_markdown(rules),
             "help": help_markdown()}

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from traceanalyze.load import load_trace_dir
+from traceanalyze.load.extension import native as _native
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 
@@ -292,14 +293,14 @@ def test_the_peak_given_on_the_command_line_rates_the_summary_and_the_rule(cli, 
 def test_only_the_outermost_op_with_a_formula_carries_flops(loaded, folder):
     """op_flops has one formula row per op with a FLOP formula that no other such op of its thread
     holds (aten::linear, not the aten::addmm inside it; conv2d, not the cudnn_convolution under it),
-    derived here pair by pair from the JSON; which names have a formula is the macro's list."""
+    derived here pair by pair from the JSON; which names have a formula is the reader's list."""
     con = loaded(folder)
     expected: Counter = Counter()
     for rank, events in enumerate(_events(folder)):
         ops = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "Operator")
                and isinstance(e.get("dur"), (int, float)) and e["dur"] >= 0]
         names = sorted({e["name"] for e in ops})
-        family = dict(con.execute("SELECT n, flop_family(n) FROM unnest(?::VARCHAR[]) AS t(n)", [names]).fetchall())
+        family = {n: _native.reading("flop_family", n) for n in names}
         formula = [e for e in ops if family[e["name"]] is not None]
         by_thread: dict = {}
         for e in formula:

@@ -382,8 +382,8 @@ fn rank_tables_of_parquet<'py>(
 /// whose shard files are in `shard_dir`, written into `out_dir`; `pg_configs` is the rank's
 /// (pg_name, pg_desc, ranks, pg_size, config_index) rows, `params` the named thresholds
 /// (phase_merge_tolerance_ns, gap_data_wait_min_share_pct, gap_comm_wait_min_share_pct).
-/// Returns {table: rows}; raises ValueError with a one-line message when a file cannot be
-/// read or written.
+/// Returns ({table: rows}, {table: seconds}, with "inputs": reading the files back); raises
+/// ValueError with a one-line message when a file cannot be read or written.
 #[pyfunction]
 #[pyo3(signature = (shard_dir, out_dir, rank, pg_configs, params))]
 fn derive_rank_tables<'py>(
@@ -393,7 +393,7 @@ fn derive_rank_tables<'py>(
     rank: i32,
     pg_configs: Vec<(String, Option<String>, Vec<i32>, i64, i64)>,
     params: (i64, f64, f64),
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let configs = pg_configs
         .into_iter()
         .map(|(name, desc, ranks, size, index)| PgConfig {
@@ -414,8 +414,39 @@ fn derive_rank_tables<'py>(
         catch_unwind(AssertUnwindSafe(|| derive_tables(&dir, &out, rank, configs, params)))
             .unwrap_or_else(|p| Err(panic_message(p)))
     });
-    let rows = got.map_err(PyValueError::new_err)?;
-    PyDict::from_sequence(&PyList::new(py, rows)?.into_any())
+    let built = got.map_err(PyValueError::new_err)?;
+    let (rows, seconds) = (PyDict::new(py), PyDict::new(py));
+    for (table, n, s) in built {
+        if table != "inputs" {
+            rows.set_item(table, n)?;
+        }
+        seconds.set_item(table, s)?;
+    }
+    Ok((rows, seconds))
+}
+
+/// The readings the derived tables share, for the tests that hold them against the SQL
+/// macros of the same names (collective_op, dtype_bytes, is_data_range) and the JSON: `what` is
+/// one of those or flop_family, dtype_class; `text` the name.
+#[pyfunction]
+#[pyo3(signature = (what, text, is_annotation = false))]
+fn reading(what: &str, text: Option<&str>, is_annotation: bool) -> PyResult<Option<PyObjectish>> {
+    use crate::derived::sqlfn;
+    Ok(match what {
+        "collective_op" => sqlfn::collective_op(text).map(PyObjectish::Text),
+        "dtype_bytes" => sqlfn::dtype_bytes(text).map(PyObjectish::Int),
+        "is_data_range" => text.map(|t| PyObjectish::Bool(sqlfn::is_data_range(t, is_annotation))),
+        "flop_family" => text.and_then(crate::derived::flop_family).map(|f| PyObjectish::Text(f.into())),
+        "dtype_class" => crate::derived::dtype_class(text).map(|f| PyObjectish::Text(f.into())),
+        other => return Err(PyValueError::new_err(format!("no reading {other:?}"))),
+    })
+}
+
+#[derive(IntoPyObject)]
+enum PyObjectish {
+    Text(String),
+    Int(i64),
+    Bool(bool),
 }
 
 /// The derived tables this version builds, in order.
@@ -495,6 +526,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rank_tables_of_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(derive_rank_tables, m)?)?;
     m.add_function(wrap_pyfunction!(derived_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(reading, m)?)?;
     m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = "15"  # 15: cpu_ops.self_ns, annotations.self_ns, kernels built by the reader; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
+SCHEMA_VERSION = "16"  # 16: the per-rank tables built by the reader (native/src/derived; rank INTEGER everywhere, JSON args read strictly); 15: cpu_ops.self_ns, annotations.self_ns, kernels built by the reader; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,12 +39,6 @@ def _stage_shared_sql_files() -> list[str]:
     return [name for name in shared_sql_files() if name not in (*MACRO_FILES, SPECS_MACROS)]
 
 
-def per_rank_sql_files() -> list[str]:
-    """Tables built from one rank's events alone (the map stage, once per rank), in order, for
-    a connection with the macros (create_macros)."""
-    return _stage_shared_sql_files() + _sql_files("tables/per_rank")
-
-
 def cross_rank_sql_files() -> list[str]:
     """Tables that compare ranks (the reduce stage, over every rank's tables), in order, for a
     connection with the macros (create_macros)."""
@@ -52,9 +46,9 @@ def cross_rank_sql_files() -> list[str]:
 
 
 def table_sql_files() -> list[str]:
-    """Every derived-table SQL file in the order a one-database build applies them."""
-    staged = _sql_files("tables/per_rank") + _sql_files("tables/cross_rank")
-    return shared_sql_files() + sorted(staged, key=lambda name: name.rsplit("/", 1)[-1])
+    """Every derived-table SQL file in the order a one-database build applies them (the
+    per-rank tables are the native reader's: native/src/derived)."""
+    return shared_sql_files() + _sql_files("tables/cross_rank")
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -177,6 +177,203 @@ CREATE TABLE kernels (
     counters VARCHAR            -- CUPTI range profiler kernels (cuda_profiler_range): their performance counters, JSON text {"metric": value}; their times are not measured (see docs/loading.md); NULL for other kernels
 );
 
+-- The per-rank tables that join the one-pass tables (collectives, phases, GPU activity, code regions,
+-- FLOPs, ...) are built by the native reader from the one-pass tables it wrote (native/src/derived/,
+-- each module stating its tables' rules) and written beside them; their columns are these. Args read
+-- from JSON ("Input Dims", "Input type", "Concrete Inputs", split sizes) count only when they are
+-- what the profiler writes: a shape is a list of JSON integers; anything else is unknown (NULL).
+
+-- Memory copies with direction and host memory kind, e.g. 'Memcpy HtoD (Pageable -> Device)'.
+CREATE TABLE memcpy (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step that launched the copy
+    name VARCHAR,               -- copy name as recorded
+    direction VARCHAR,          -- HtoD, DtoH, DtoD, ...
+    src_memory VARCHAR,         -- Pageable, Pinned, Device
+    dst_memory VARCHAR,         -- Device, Pageable, Pinned
+    device INTEGER,             -- GPU index
+    stream BIGINT,              -- GPU stream
+    ts_ns BIGINT,               -- start, ns
+    dur_ns BIGINT,              -- duration, ns
+    end_ns BIGINT,              -- end, ns
+    copy_bytes BIGINT,          -- bytes copied
+    gb_per_s DOUBLE             -- achieved bandwidth, GB/s (bytes per ns)
+);
+
+-- One row per collective and point-to-point transfer per rank, with its process group: from NCCL/RCCL kernels (GPU), gloo:* annotations (CPU), or record_param_comms.
+CREATE TABLE collectives (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step the collective belongs to (launching step for GPU kernels)
+    op VARCHAR,                 -- all_reduce, all_gather, reduce_scatter, broadcast, barrier, all_to_all, ...; send / recv / send_recv for point-to-point
+    kind VARCHAR,               -- 'collective' (every rank of the group takes part) or 'p2p' (a send or receive between two ranks)
+    process_group VARCHAR,      -- process group name (pg_name: '0' is the default group; 'default' when neither the event nor the rank's pg_config tells)
+    pg_desc VARCHAR,            -- the group's description ('default_pg', 'mesh_tp', ...), NULL when unknown
+    group_ranks INTEGER[],      -- global ranks of the group, in group-rank order, NULL when unknown
+    group_source VARCHAR,       -- where the group came from: 'trace' (the event's args), 'pg_config' (the rank's only group), 'inferred' (gloo: matched across the ranks sharing a group, see docs/parallelism.md), 'pending' (the rank has several groups and inference has not run), 'unknown'
+    peer INTEGER,               -- p2p: global rank at the other end (the destination of a send, the source of a recv), NULL when unknown
+    peer_group_rank INTEGER,    -- p2p: the other end as a rank of the process group (what the call names), NULL when unknown
+    seq BIGINT,                 -- 0-based order of the collective within its process group on this rank; the same seq on every rank is the same collective
+    trace_seq BIGINT,           -- args.Seq: the collective's sequence number in its group as torch counts it (newer torch), NULL when absent
+    index_in_step BIGINT,       -- 0-based order within the step
+    bytes BIGINT,               -- payload bytes (elements x dtype size) of the rank's input: its shard for all_gather, the whole tensor for reduce_scatter; NULL when unknown
+    ts_ns BIGINT,               -- start (the rank's arrival at the collective), ns, rank clock
+    end_ns BIGINT,              -- end, ns
+    dur_ns BIGINT,              -- duration, ns: transfer plus waiting for the other ranks
+    source VARCHAR,             -- nccl_kernel | gloo_annotation | record_param_comms
+    name VARCHAR,               -- the event it came from (gloo:all_reduce for a reduce_scatter that gloo runs as an all-reduce)
+    run_tid VARCHAR,            -- thread (or GPU stream) that ran it: a gloo group's pt_gloo_runloop thread, the NCCL stream, the calling thread
+    call_tid VARCHAR,           -- host thread of the call that issued it: the runtime call that launched the NCCL kernel, the c10d:: call that queued the gloo run (paired in order, NULL on a rank where the order does not match), or the record_param_comms op itself
+    call_end_ns BIGINT          -- end of that host call, ns (rank clock); NULL when unknown
+);
+
+-- Per (rank, step): time with at least one collective in flight (collectives clipped to the step and merged).
+CREATE TABLE step_comm (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N
+    comm_ns BIGINT              -- time with a collective in flight (union over collectives), ns
+);
+
+-- The training-loop thread of each rank: the thread that records ProfilerStep#N, else the busiest CPU thread.
+CREATE TABLE main_threads (
+    rank INTEGER,               -- global rank
+    tid VARCHAR                 -- thread id of the training loop
+);
+
+-- Allocator events from profile_memory=True ('[memory]' instants): one row per allocation or free.
+CREATE TABLE memory (
+    rank INTEGER,                 -- global rank
+    step BIGINT,                  -- step holding the event
+    ts_ns BIGINT,                 -- time, ns
+    device_kind VARCHAR,          -- cpu | cuda
+    device_id INTEGER,            -- device index (-1 for CPU)
+    tid VARCHAR,                  -- thread that allocated or freed
+    addr VARCHAR,                 -- block address as the trace writes it
+    alloc_bytes BIGINT,           -- bytes allocated (> 0) or freed (< 0)
+    total_allocated_bytes BIGINT, -- allocator's total allocated after the event
+    total_reserved_bytes BIGINT,  -- allocator's total reserved after the event
+    in_collective BOOLEAN,        -- the event happened inside a collective call on its thread (c10d op, record_param_comms, gloo:* / nccl:* annotation)
+    freed_in_trace BOOLEAN        -- allocations: the trace frees the block (a free of its address follows before the address is handed out again); NULL for frees
+);
+
+-- The host calls of all_to_all / all_to_all_single (expert parallelism, MoE token dispatch) with what each rank sends and receives.
+CREATE TABLE all_to_all_calls (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N holding the call's start, NULL outside steps
+    name VARCHAR,               -- c10d::alltoall_base_ (all_to_all_single), c10d::alltoall_ (list form) or record_param_comms
+    tid VARCHAR,                -- host thread of the call
+    ts_ns BIGINT,               -- call start, ns (rank clock)
+    end_ns BIGINT,              -- call end, ns
+    send_bytes BIGINT,          -- bytes this rank sends (its input tensor), NULL when unknown
+    recv_bytes BIGINT,          -- bytes this rank receives (its output tensor), NULL when unknown
+    send_splits BIGINT[],       -- input split sizes: rows sent to each rank of the group, in group-rank order; NULL when even or not recorded
+    recv_splits BIGINT[]        -- output split sizes: rows received from each rank of the group; NULL when even or not recorded
+);
+
+-- Per (rank, step): the batch the step trained on, from input shapes (record_shapes=True), summed over its DDP forward passes (micro-batches).
+CREATE TABLE step_batches (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N
+    samples BIGINT,             -- samples in the step (embedding ids' batch dim, else the first input's leading dim), NULL when not visible
+    tokens BIGINT,              -- token ids in the step including padding (batch x seq_len of the embedding lookups), NULL without embeddings
+    real_tokens BIGINT,         -- tokens without padding, when the DataLoader's per-sample copies show them
+    max_seq_len BIGINT          -- longest padded sequence length of the step's lookups
+);
+
+-- One row per contiguous phase interval of a step: the timeline the report draws. Phases of a step tile it exactly.
+CREATE TABLE phase_intervals (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N
+    phase VARCHAR,              -- data_wait | h2d | forward | backward | optimizer | comm_exposed | pipeline_wait | other
+    ts_ns BIGINT,               -- interval start, ns (rank clock)
+    end_ns BIGINT,              -- interval end, ns
+    dur_ns BIGINT,              -- interval length, ns
+    start_rel_ns BIGINT,        -- start relative to the step start, ns (comparable across ranks)
+    idle BOOLEAN                -- phase 'other' with nothing running on the training loop and nothing in flight (a sleep, I/O, a lock, Python that records nothing)
+);
+
+-- Time per phase for every (rank, step), ns; the eight phase columns add up to dur_ns (idle_ns is a part of other_ns).
+CREATE TABLE step_phases (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N
+    dur_ns BIGINT,              -- step duration, ns
+    data_wait_ns DOUBLE,        -- waiting for the next batch (DataLoader __next__)
+    h2d_ns DOUBLE,              -- host ops issuing host-to-device copies
+    forward_ns DOUBLE,          -- forward pass and loss
+    backward_ns DOUBLE,         -- autograd backward
+    optimizer_ns DOUBLE,        -- Optimizer.step / zero_grad
+    comm_exposed_ns DOUBLE,     -- blocked in or waiting for a collective
+    pipeline_wait_ns DOUBLE,    -- blocked in a send / recv (pipeline stages handing activations and gradients over), or waiting for one
+    other_ns DOUBLE,            -- host work outside the model, or idle
+    idle_ns DOUBLE              -- the idle part of other_ns: nothing runs on the training loop, nothing in flight
+);
+
+-- GPU work merged into disjoint busy intervals per (rank, device, class) and clipped to the step windows (kernels of a CUPTI range profiler, with counters, have no measured times: left out).
+CREATE TABLE gpu_busy_intervals (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step whose time window holds the interval
+    device INTEGER,             -- GPU index
+    class VARCHAR,              -- any (all GPU work) | compute | communication
+    ts_ns BIGINT,               -- start of a busy interval, ns
+    end_ns BIGINT,              -- end, ns
+    dur_ns BIGINT               -- length, ns
+);
+
+-- Idle gaps of each GPU inside a step (between busy intervals, or at the step's ends), with their likely cause.
+CREATE TABLE gpu_idle_gaps (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step holding the gap
+    device INTEGER,             -- GPU index
+    ts_ns BIGINT,               -- gap start, ns
+    end_ns BIGINT,              -- gap end, ns
+    dur_ns BIGINT,              -- gap length, ns
+    next_launch_ts_ns BIGINT,   -- when the host launched the work that ends the gap (NULL at the step end)
+    data_wait_ns DOUBLE,        -- part of the gap while the training loop waits for the DataLoader, ns
+    comm_wait_ns DOUBLE,        -- part of the gap while the training loop is blocked in a host-run (gloo) collective or send / recv in flight (phases comm_exposed, pipeline_wait), ns
+    cause VARCHAR               -- data_wait (mostly during the DataLoader wait) | comm_wait (mostly while the loop is blocked in a host-run collective or send / recv, e.g. gloo on CUDA tensors: the communication findings report it) | sync (the host waited on the GPU, e.g. .item()) | host_launch (the next work was launched only after the GPU went idle) | other (e.g. waiting for an event or another stream)
+);
+
+-- GPU busy time and communication/compute overlap per (rank, step); NULL columns on ranks without GPU work.
+CREATE TABLE step_gpu (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N
+    dur_ns BIGINT,              -- step duration, ns
+    devices BIGINT,             -- GPUs with work in the step (NULL: no GPU work)
+    busy_ns DOUBLE,             -- time a GPU runs anything (union over streams), ns, averaged over devices
+    compute_ns DOUBLE,          -- time a GPU runs compute kernels, ns
+    comm_ns DOUBLE,             -- time a GPU runs communication kernels, ns
+    comm_overlapped_ns DOUBLE   -- communication time with a compute kernel running at the same time, ns
+);
+
+-- Per (rank, step, region): the rank's time inside each record_function range and host op of its training-loop thread, its own part and its idle part.
+CREATE TABLE step_regions (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- ProfilerStep N holding the instances' starts
+    kind VARCHAR,               -- annotation (a record_function / user annotation range) | op (a host operator)
+    name VARCHAR,               -- the annotation's or operator's name, e.g. 'data.fetch_batch', 'aten::mm'
+    calls_count BIGINT,         -- instances on the training-loop thread in the step
+    time_ns DOUBLE,             -- time inside the region: the instances' durations summed, ns
+    self_ns DOUBLE,             -- the part not inside a nested region of the same kind (annotation in annotation, op in op: cpu_ops.self_ns, annotations.self_ns), ns
+    idle_ns DOUBLE              -- the part where no op, runtime call, collective or kernel of the rank runs (always 0 for an op), ns
+);
+
+-- One row per outermost op with a FLOP formula, and per other op that launched compute kernels.
+CREATE TABLE op_flops (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step holding the op's start (for kernels without a known op: the step that launched them)
+    ts_ns BIGINT,               -- op start on the host, ns (NULL for kernels whose launching op is not in the trace)
+    dur_ns BIGINT,              -- op duration on the host, ns
+    name VARCHAR,               -- operator name, e.g. 'aten::linear' (the outermost op with a formula); NULL when the launching op is not in the trace
+    tid VARCHAR,                -- host thread
+    external_id BIGINT,         -- External id of the op
+    family VARCHAR,             -- formula used: mm, addmm, bmm, baddbmm, matmul, linear, conv, conv_backward, sdpa, flash, sdpa_backward, flash_backward, norm, norm_backward, softmax, softmax_backward, embedding, embedding_dense_backward, elementwise, elementwise2; NULL: no formula for this op
+    dtype VARCHAR,              -- compute precision class of its inputs: fp64, fp32, fp16, bf16, fp8 (NULL when not recorded)
+    flops BIGINT,               -- floating-point operations by the formula (a multiply-add is 2); NULL when the op has no formula or its shapes were not recorded (record_shapes=False) or are odd
+    bytes BIGINT,               -- least bytes it must read and write (inputs once, output once); NULL when unknown
+    kernel_ns BIGINT,           -- GPU time of the compute kernels it launched, ns (NULL: none)
+    kernel_count BIGINT,        -- compute kernels it launched
+    tflops DOUBLE               -- achieved rate on the GPU: flops / kernel_ns, TFLOP/s
+);
+
 -- Everything odd the loader saw: skipped files, truncations, malformed events, notes.
 CREATE TABLE load_issues (
     rank INTEGER,               -- rank concerned, NULL for the whole load

@@ -36,7 +36,6 @@ def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) ->
             tracedb.create_schema(con)
             tracedb.create_macros(con)
             insert_dumps(con, dumps)
-            tracedb.build_tables(con, tracedb.per_rank_sql_files())
             infer_groups(con)
             tracedb.build_tables(con, tracedb.cross_rank_sql_files())
             align_ranks(con)

@@ -1,9 +1,10 @@
 """The map stage: one rank's trace -> its shard (every table that needs only that rank, as Parquet).
 
 `map_rank` runs anywhere (this process, a pool worker, a Ray task, a batch job): the native
-reader writes the rank's events straight into its shard file raw_events.parquet, and the
-one-pass tables (read.NATIVE_TABLES) beside it; a private, memory-limited DuckDB database
-reads those and builds the other per-rank tables (db/tables/per_rank/*.sql), writes them under
+reader writes the rank's events straight into its shard file raw_events.parquet, the
+one-pass tables (read.NATIVE_TABLES) beside it, and from those the other per-rank tables
+(read.DERIVED_TABLES); a private, memory-limited DuckDB database holds the rank's rows of
+`ranks`, `pg_configs` and `load_issues` (with the events' issues it counts), writes them under
 <shards>/rank=N/ and the manifest last.
 It holds one rank at a time; nothing in it looks at another rank.
 """
@@ -24,9 +25,10 @@ import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
-from traceanalyze.load.memory import limit_memory, relaxing_memory, staging_dir
+from traceanalyze.load.memory import limit_memory, staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import NATIVE_TABLES, base_time_ns, view_raw_events, write_raw_events
+from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, view_raw_events,
+                                    write_derived_tables, write_raw_events)
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
@@ -38,10 +40,10 @@ from traceanalyze.load.source import estimated_uncompressed_bytes
 IN_MEMORY_MAX_BYTES = 64 << 20
 
 # the shard's files the native reader writes itself
-READER_FILES = ("raw_events", *NATIVE_TABLES)
+READER_FILES = ("raw_events", *NATIVE_TABLES, *DERIVED_TABLES)
 
 # notes of the read that are choices we made, not data lost or doubtful
-INFO_KINDS = {"begin-end", "memory-limit-lifted"}
+INFO_KINDS = {"begin-end"}
 
 
 def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dict:
@@ -67,12 +69,13 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
         try:
             read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
+            derived = derive_rank_tables(tf, read, target)
             insert_rank_rows(con, [(tf, read)])
             view_raw_events(con, [target / "raw_events.parquet"])
             insert_native_tables(con, [target])
-            read.stage_s.update(table_stage_s(build_rank_tables(con, [tf])))
+            record_event_issues(con)
             t0 = time.process_time()
-            rows, files = write_tables(con, store, tf.rank, target)
+            rows, files = write_tables(con, store, tf.rank, target, derived)
             read.stage_s["write_tables_cpu"] = time.process_time() - t0
         finally:
             con.close()
@@ -140,6 +143,18 @@ def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threa
     return read
 
 
+def derive_rank_tables(tf: TraceFile, read: RankRead, folder: Path) -> dict[str, int]:
+    """The rank's derived tables (read.DERIVED_TABLES) built by the reader from its files in
+    `folder`; returns their row counts, the CPU seconds in the read's stages (`tables_cpu`, and
+    `table_cpu.<table>` for each, `table_cpu.inputs` reading the files back)."""
+    configs, _ = _pg_config_rows_of(tf, read)
+    t0 = time.process_time()
+    rows, seconds = write_derived_tables(tf, folder, configs)
+    read.stage_s["tables_cpu"] = time.process_time() - t0
+    read.stage_s.update({f"table_cpu.{table}": s for table, s in seconds.items()})
+    return rows
+
+
 def insert_rank_rows(con, reads: list[tuple[TraceFile, RankRead]]) -> None:
     """The read ranks' rows of `ranks`, `pg_configs` and `load_issues`: one statement per table
     for a whole pack (a statement per rank and row cost a small rank some 7 ms)."""
@@ -155,8 +170,7 @@ def insert_rank_rows(con, reads: list[tuple[TraceFile, RankRead]]) -> None:
         issues += _issue_rows(tf, read)
     _insert_values(con, "ranks (rank, rank_source, file, file_bytes, file_mtime_ns, events_bytes, world_size, backend,"
                    " base_ns, device_name, truncated, host_name)", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ranks)
-    # (group_desc: torch's 'undefined' for a group without a description reads as none)
-    _insert_values(con, "pg_configs", "(?, ?, group_desc(?), ?, ?, ?, ?)", configs)
+    _insert_values(con, "pg_configs", "(?, ?, ?, ?, ?, ?, ?)", configs)
     _insert_values(con, "load_issues", "(?, ?, ?, ?, ?, ?)", issues)
 
 
@@ -178,34 +192,6 @@ def insert_native_tables(con, folders: list[Path]) -> None:
     for table in NATIVE_TABLES:
         files = tracedb.sql_string_list(folder / f"{table}.parquet" for folder in folders)
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({files})")
-
-
-def build_rank_tables(con, files: list[TraceFile]) -> dict[str, float]:
-    """The per-rank tables of `files`' ranks (their events are in raw_events), in one
-    transaction; the memory limit is relaxed if a table needs it (a note per rank). Returns
-    each SQL file's CPU seconds (of the last attempt)."""
-    memory_notes: list[tuple[str, str]] = []
-    cpu_s: dict[str, float] = {}
-
-    def build() -> None:
-        cpu_s.clear()
-        tracedb.build_tables(con, tracedb.per_rank_sql_files(), cpu_s)
-
-    relaxing_memory(con, lambda: _in_one_transaction(con, build), memory_notes)
-    if memory_notes:
-        con.executemany("INSERT INTO load_issues VALUES (?, ?, ?, 'info', ?, NULL)",
-                        [(tf.rank, tf.url or str(tf.path), kind, message)
-                         for tf in files for kind, message in memory_notes])
-    _record_event_issues(con)
-    return cpu_s
-
-
-def table_stage_s(cpu_s: dict[str, float], ranks: int = 1) -> dict[str, float]:
-    """The manifest's stage entries of the per-rank tables: `tables_cpu` (all of them) and
-    `table_cpu.<file>` for each SQL file, a pack's shared evenly among its `ranks`."""
-    out = {f"table_cpu.{name}": seconds / ranks for name, seconds in cpu_s.items()}
-    out["tables_cpu"] = sum(cpu_s.values()) / ranks
-    return out
 
 
 def _rank_row(tf: TraceFile, read: RankRead) -> tuple:
@@ -245,10 +231,17 @@ def pg_config_rows(rank: int, configs: list) -> tuple[list[tuple], int]:
             bad += 1
             continue
         desc, backend, size = config.get("pg_desc"), config.get("backend_config"), config.get("pg_size")
-        rows.append((rank, str(name), desc if isinstance(desc, str) else None, ranks,
+        rows.append((rank, str(name), group_desc(desc), ranks,
                      size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**31 else len(ranks),
                      backend if isinstance(backend, str) else None, index))
     return rows, bad
+
+
+def group_desc(text) -> str | None:
+    """A group's description as the user should read it: None for none, '' and torch's
+    'undefined' (a group created without one); only spaces are trimmed, as SQL's trim does (the
+    SQL macro group_desc and the reader's kernels and cpu_ops read the events' alike)."""
+    return text if isinstance(text, str) and text.strip(" ") not in ("", "undefined") else None
 
 
 def _group_ranks(value) -> list[int] | None:
@@ -284,8 +277,8 @@ def _issue_rows(tf: TraceFile, read: RankRead) -> list[tuple]:
     return rows
 
 
-def _record_event_issues(con) -> None:
-    """Malformed events, counted: never dropped silently."""
+def record_event_issues(con) -> None:
+    """Malformed events, counted: never dropped silently (the ranks' raw_events, steps and kernels in `con`)."""
     con.execute("""
         INSERT INTO load_issues
         SELECT e.rank, r.file, kind, 'warning', message, n FROM (
@@ -332,26 +325,34 @@ def _record_event_issues(con) -> None:
     """)
 
 
-def write_tables(con, store: ShardStore, rank: int, target: Path) -> tuple[dict[str, int], dict[str, dict]]:
-    """Every per-rank table as Parquet in `target` (the reader's files are there already): the
-    local shard folder, or a private one uploaded from. Returns the row count of each table and
-    the size and hash of each file (the manifest's)."""
+def write_tables(con, store: ShardStore, rank: int, target: Path,
+                 derived: dict[str, int]) -> tuple[dict[str, int], dict[str, dict]]:
+    """Every per-rank table as Parquet in `target` (the reader's files are there already, its
+    derived tables with the row counts `derived`): the local shard folder, or a private one
+    uploaded from. Returns the row count of each table and the size and hash of each file (the
+    manifest's)."""
     counts = rank_row_counts(con)
-    rows = {table: sum(counts[table].values()) for table in SHARD_TABLES}
+    rows = {table: derived[table] if table in DERIVED_TABLES else sum(counts[table].values())
+            for table in SHARD_TABLES}
     for table in SHARD_TABLES:
         if table not in READER_FILES:
             con.execute(f"COPY {table} TO {tracedb.sql_string(target / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
     return rows, shard_files(store, rank, target)
 
 
+# the shard tables whose rows the map's database holds (the derived ones' the reader counts)
+COUNTED_TABLES = tuple(table for table in SHARD_TABLES if table not in DERIVED_TABLES)
+
+
 def rank_row_counts(con) -> dict[str, dict[int, int]]:
-    """Each shard table's rows per rank, {table: {rank: rows}} (a rank without rows absent), in
-    one statement (one per table cost a small load some 6 ms of planning). The names are ours."""
+    """Each shard table's rows per rank in `con`, {table: {rank: rows}} (a rank without rows
+    absent; the derived tables' are not there), in one statement (one per table cost a small
+    load some 6 ms of planning). The names are ours."""
     counts: dict[str, dict[int, int]] = {table: {} for table in SHARD_TABLES}
     query = " UNION ALL ".join(f"SELECT {at} AS at, rank, count(*) AS n FROM {table} GROUP BY rank"
-                               for at, table in enumerate(SHARD_TABLES))
+                               for at, table in enumerate(COUNTED_TABLES))
     for at, rank, n in con.execute(query).fetchall():
-        counts[SHARD_TABLES[at]][rank] = n
+        counts[COUNTED_TABLES[at]][rank] = n
     return counts
 
 
@@ -369,14 +370,3 @@ def shard_files(store: ShardStore, rank: int, target: Path) -> dict[str, dict]:
 def worker_threads(workers: int) -> int:
     """DuckDB threads per map when `workers` maps run at once on this machine."""
     return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
-def _in_one_transaction(con, action) -> None:
-    """`action`'s statements committed once (each statement on its own commits and syncs)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        action()
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")

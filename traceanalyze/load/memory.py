@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
-
-import duckdb
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
@@ -48,7 +45,6 @@ def staging_dir(files: list[TraceFile]) -> str | None:
 # DuckDB may use this much memory per byte of trace events (at least MIN_MEMORY_LIMIT_BYTES):
 # beyond it, it writes to the database file or spills to disk, so the whole load stays
 # under the size of the JSON. TRACEANALYZE_MEMORY_LIMIT (DuckDB syntax, e.g. '4GB') overrides.
-# (0.4: at 0.3 the kernels table of a 500 MB trace needs more than the limit; see relaxing_memory)
 MEMORY_LIMIT_PER_EVENT_BYTE = 0.4
 MIN_MEMORY_LIMIT_BYTES = 256 << 20
 MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)", re.IGNORECASE)  # (number, unit)
@@ -71,38 +67,3 @@ def limit_memory(con, events_bytes: int) -> None:
     if limit < available_memory_bytes() * 0.8:  # (else DuckDB's own default, 80 % of RAM, is lower)
         con.execute(f"SET memory_limit = '{limit >> 20}MiB'")
 
-
-# on running out of memory, the limit is doubled this many times at most, then lifted
-MEMORY_LIMIT_DOUBLINGS = 2
-UNIT_BYTES = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-              "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def memory_bytes(text: str) -> int | None:
-    """A DuckDB memory size ('190.7 MiB', '4GB') in bytes; None if it is not one."""
-    m = MEMORY_SIZE.fullmatch(text.strip())
-    return int(float(m.group(1)) * UNIT_BYTES[m.group(2).lower()]) if m else None
-
-
-def relaxing_memory(con, action: Callable[[], None], notes: list[tuple[str, str]]) -> None:
-    """Run `action` (idempotent); if DuckDB runs out of memory under the load's limit (an
-    operator that cannot spill), double the limit and run it again (at most
-    MEMORY_LIMIT_DOUBLINGS times, then without a limit), saying so in `notes`."""
-    (first,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    for attempt in range(MEMORY_LIMIT_DOUBLINGS + 2):
-        try:
-            action()
-            break
-        except duckdb.OutOfMemoryException:
-            if attempt > MEMORY_LIMIT_DOUBLINGS:
-                raise
-            (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
-            limit_bytes = memory_bytes(limit)
-            if attempt < MEMORY_LIMIT_DOUBLINGS and limit_bytes:
-                con.execute(f"SET memory_limit = '{2 * limit_bytes >> 20}MiB'")
-            else:
-                con.execute("RESET memory_limit")
-    (last,) = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    if last != first:
-        notes.append(("memory-limit-lifted", (f"DuckDB needed more than its memory limit ({first}) to load "
-                                              f"these traces; it ran with {last} (see TRACEANALYZE_MEMORY_LIMIT)")))

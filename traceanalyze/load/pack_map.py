@@ -25,14 +25,13 @@ import traceanalyze.db as tracedb
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile, trace_bytes
-from traceanalyze.load.map import (READER_FILES, build_rank_tables, fetched, insert_native_tables, insert_rank_rows,
-                                   map_rank_locked,
-                                   open_private_database, rank_manifest, rank_row_counts, read_rank_events, shard_files,
-                                   table_stage_s)
+from traceanalyze.load.map import (READER_FILES, derive_rank_tables, fetched, insert_native_tables, insert_rank_rows,
+                                   map_rank_locked, open_private_database, rank_manifest, rank_row_counts,
+                                   read_rank_events, record_event_issues, shard_files)
 from traceanalyze.load.map_outcome import MapOutcome, failed, outcome_of, trace_name
 from traceanalyze.load.memory import staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import view_raw_events
+from traceanalyze.load.read import DERIVED_TABLES, view_raw_events
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, rank_lock
 from traceanalyze.load.stale import staging_prefix
 
@@ -71,12 +70,14 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
         con = open_private_database(work, sum(trace_bytes(tf) for tf in files), threads)
         try:
             reads: list[tuple[TraceFile, RankRead, Path]] = []
+            derived: dict[int, dict[str, int]] = {}  # each rank's derived tables' row counts
             for tf in files:
                 target = work / "out" / str(tf.rank) if store.remote else Path(store.rank_dir(tf.rank))
                 target.mkdir(parents=True, exist_ok=True)
                 try:
                     local = fetched(tf, _folder(work / f"fetch-{tf.rank}"))
                     read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
+                    derived[tf.rank] = derive_rank_tables(tf, read, target)
                 except TraceanalyzeError as exc:  # this rank's trace: it fails alone
                     outcomes[tf.rank] = failed(tf, exc)
                     store.drop_unfinished(tf.rank)
@@ -87,12 +88,11 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
             insert_rank_rows(con, [(tf, read) for tf, read, _ in reads])
             view_raw_events(con, [target / "raw_events.parquet" for _, _, target in reads])
             insert_native_tables(con, [target for _, _, target in reads])
-            tables_s = table_stage_s(build_rank_tables(con, [tf for tf, _, _ in reads]), len(reads))
-            written = _write_pack_tables(con, store, reads, work / "parts")
+            record_event_issues(con)
+            written = _write_pack_tables(con, store, reads, work / "parts", derived)
             finished = []
             for tf, read, _ in reads:
                 rows, table_files, write_cpu = written[tf.rank]
-                read.stage_s.update(tables_s)  # (the pack's, shared evenly)
                 read.stage_s["write_tables_cpu"] = write_cpu
                 finished.append((tf, rank_manifest(tf, read, rows, table_files)))
         finally:
@@ -104,8 +104,8 @@ def _together(files: list[TraceFile], store: ShardStore, threads: int | None,
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, RankRead, Path]],
-                       parts: Path) -> dict[int, tuple[dict[str, int], dict[str, dict], float]]:
+def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, RankRead, Path]], parts: Path,
+                       derived: dict[int, dict[str, int]]) -> dict[int, tuple[dict[str, int], dict[str, dict], float]]:
     """Each rank's rows of every per-rank table as its shard's Parquet file: one partitioned
     COPY per table for the whole pack (one thread, so each file keeps the table's row order),
     each rank's file then moved into its shard folder. Returns per rank its row counts, its
@@ -121,7 +121,7 @@ def _write_pack_tables(con, store: ShardStore, reads: list[tuple[TraceFile, Rank
         for table in SHARD_TABLES:
             counts = all_counts[table]
             for rank in ranks:
-                rows[rank][table] = counts.get(rank, 0)
+                rows[rank][table] = derived[rank][table] if table in DERIVED_TABLES else counts.get(rank, 0)
             if table in READER_FILES:  # (the reader wrote each rank's file)
                 continue
             folder = parts / table

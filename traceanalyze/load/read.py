@@ -10,7 +10,9 @@ into the same columns (native/src/pftrace: tracks, slices, interned names, debug
 as args).
 The reader also builds the rank's one-pass tables in the same pass (threads, steps, cpu_ops,
 annotations, runtime, kernels: native/src/rank_tables.rs, NATIVE_TABLES) and writes them next to
-raw_events.parquet; rows fixed after the read are given to it again from the fixed file.
+raw_events.parquet; rows fixed after the read are given to it again from the fixed file. From
+those files it then builds the rank's other tables (collectives, phases, GPU activity, code
+regions, FLOPs, ...: native/src/derived/, DERIVED_TABLES, `write_derived_tables`).
 This module adds the rank, checks the time base, turns B/E pairs into X events and words the
 reader's counts as load issues. It is the only module that knows the native reader.
 """
@@ -41,6 +43,10 @@ BLOCK_BYTES = 8 << 20
 RAW_EVENTS_COMPRESSION = "zstd"
 # the per-rank tables the reader builds as it parses, as <table>.parquet beside raw_events.parquet
 NATIVE_TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime", "kernels")
+# the per-rank tables the reader builds from those files (native/src/derived), written beside them
+DERIVED_TABLES = ("memcpy", "collectives", "step_comm", "main_threads", "memory", "all_to_all_calls",
+                  "step_batches", "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps",
+                  "step_gpu", "step_regions", "op_flops")
 
 
 def _cut_short() -> tuple[int, int]:
@@ -157,6 +163,24 @@ def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> Non
                                        kernel_classes=tracedb.kernel_classes())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
+
+
+def write_derived_tables(tf: TraceFile, folder: Path, configs: list[tuple]) -> dict[str, int]:
+    """The rank's DERIVED_TABLES from its one-pass tables and raw_events.parquet in `folder`,
+    written there; `configs` are its `pg_configs` rows. Returns each table's row count; a file
+    that cannot be read or written raises TraceFormatError naming the trace."""
+    groups = [(name, desc, ranks, size, index) for _, name, desc, ranks, size, _, index in configs]
+    try:
+        return _native.derive_rank_tables(str(folder), str(folder), tf.rank, groups, _derived_params())
+    except ValueError as exc:
+        raise TraceFormatError(str(exc), str(tf.path)) from None
+
+
+def _derived_params() -> tuple[int, float, float]:
+    """The named thresholds the derived tables use (tables/00_parameters.sql)."""
+    return (int(tracedb.parameter("phase_merge_tolerance_ns")),
+            float(tracedb.parameter("gap_data_wait_min_share_pct")),
+            float(tracedb.parameter("gap_comm_wait_min_share_pct")))
 
 
 def _copy_out(con, out: Path) -> None:

@@ -482,7 +482,7 @@ pub fn op_flops(x: &Inputs) -> Columns {
     });
     let steps = &x.steps;
     Columns::default()
-        .i64("rank", rows.iter().map(|_| Some(x.rank as i64)))
+        .i32("rank", rows.iter().map(|_| Some(x.rank)))
         .i64("step", rows.iter().map(|r| steps.holding(r.ts_ns).or(r.kernel_step)))
         .i64("ts_ns", rows.iter().map(|r| r.ts_ns))
         .i64("dur_ns", rows.iter().map(|r| r.dur_ns))

@@ -16,9 +16,11 @@ pub mod sqlfn;
 mod tables;
 
 use std::path::Path;
+use std::time::Instant;
 
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, StringArray};
 
+pub use flops::{dtype_class, flop_family};
 pub use input::Steps;
 use input::Frame;
 
@@ -324,35 +326,49 @@ impl Inputs {
     }
 }
 
+/// What building one table cost: (table, rows, seconds of this thread).
+pub type Built = (&'static str, usize, f64);
+
 /// Build and write every derived table of the rank whose shard files are in `dir` into `out`
-/// (the same folder in a map); returns each table's row count.
+/// (the same folder in a map); returns each table's rows and seconds ("inputs": reading the
+/// one-pass tables back).
 pub fn derive_tables(
     dir: &Path,
     out: &Path,
     rank: i32,
     configs: Vec<PgConfig>,
     params: Params,
-) -> Result<Vec<(&'static str, usize)>, String> {
+) -> Result<Vec<Built>, String> {
+    let mut clock = Instant::now();
+    let mut built: Vec<Built> = Vec::new();
+    let mut lap = |table: &'static str, rows: usize, built: &mut Vec<Built>| {
+        built.push((table, rows, clock.elapsed().as_secs_f64()));
+        clock = Instant::now();
+    };
     let x = Inputs::read(dir, rank, configs, params)?;
+    lap("inputs", 0, &mut built);
+    let mut write = |columns: out::Columns, table: &'static str, built: &mut Vec<Built>| -> Result<(), String> {
+        let (_, rows) = columns.write(out, table)?;
+        lap(table, rows, built);
+        Ok(())
+    };
+    write(tables::memcpy(&x), "memcpy", &mut built)?;
     let collectives = collectives::collectives(&x);
-    let mut written = vec![
-        tables::memcpy(&x).write(out, "memcpy")?,
-        collectives::table(rank, &collectives).write(out, "collectives")?,
-        collectives::step_comm(rank, &x.steps, &collectives).write(out, "step_comm")?,
-    ];
+    write(collectives::table(rank, &collectives), "collectives", &mut built)?;
+    write(collectives::step_comm(rank, &x.steps, &collectives), "step_comm", &mut built)?;
     let main = tables::main_thread(&x);
-    written.push(tables::main_threads(rank, main.as_deref()).write(out, "main_threads")?);
-    written.push(tables::memory(&x).write(out, "memory")?);
-    written.push(tables::all_to_all_calls(&x).write(out, "all_to_all_calls")?);
-    written.push(tables::step_batches(&x).write(out, "step_batches")?);
+    write(tables::main_threads(rank, main.as_deref()), "main_threads", &mut built)?;
+    write(tables::memory(&x), "memory", &mut built)?;
+    write(tables::all_to_all_calls(&x), "all_to_all_calls", &mut built)?;
+    write(tables::step_batches(&x), "step_batches", &mut built)?;
     let phases = phases::intervals(&x, main.as_deref(), &collectives);
-    written.push(phases::intervals_table(&x, &phases).write(out, "phase_intervals")?);
-    written.push(phases::step_phases(&x, &phases).write(out, "step_phases")?);
+    write(phases::intervals_table(&x, &phases), "phase_intervals", &mut built)?;
+    write(phases::step_phases(&x, &phases), "step_phases", &mut built)?;
     let busy = gpu::busy_intervals(&x);
-    written.push(gpu::busy_table(rank, &busy).write(out, "gpu_busy_intervals")?);
-    written.push(gpu::idle_gaps(&x, &busy, &phases, &collectives).write(out, "gpu_idle_gaps")?);
-    written.push(gpu::step_gpu(&x, &busy).write(out, "step_gpu")?);
-    written.push(regions::step_regions(&x, main.as_deref(), &collectives, &busy).write(out, "step_regions")?);
-    written.push(flops::op_flops(&x).write(out, "op_flops")?);
-    Ok(written)
+    write(gpu::busy_table(rank, &busy), "gpu_busy_intervals", &mut built)?;
+    write(gpu::idle_gaps(&x, &busy, &phases, &collectives), "gpu_idle_gaps", &mut built)?;
+    write(gpu::step_gpu(&x, &busy), "step_gpu", &mut built)?;
+    write(regions::step_regions(&x, main.as_deref(), &collectives, &busy), "step_regions", &mut built)?;
+    write(flops::op_flops(&x), "op_flops", &mut built)?;
+    Ok(built)
 }

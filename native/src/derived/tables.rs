@@ -172,7 +172,7 @@ pub fn memory(x: &Inputs) -> Columns {
         k > 0 && t <= spans[k - 1].1
     };
     Columns::default()
-        .i64("rank", rows.iter().map(|_| Some(x.rank as i64)))
+        .i32("rank", rows.iter().map(|_| Some(x.rank)))
         .i64("step", rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))))
         .i64("ts_ns", rows.iter().map(|&i| at(&e.ts_ns, i)))
         .text(
@@ -270,7 +270,7 @@ pub fn all_to_all_calls(x: &Inputs) -> Columns {
     let send_splits: Vec<Option<Vec<i64>>> = rows.iter().map(|&i| split(i, "In split size", 4)).collect();
     let recv_splits: Vec<Option<Vec<i64>>> = rows.iter().map(|&i| split(i, "Out split size", 3)).collect();
     Columns::default()
-        .i64("rank", rows.iter().map(|_| Some(x.rank as i64)))
+        .i32("rank", rows.iter().map(|_| Some(x.rank)))
         .i64("step", rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))))
         .text("name", rows.iter().map(|&i| text_at(&e.name, i)))
         .text("tid", rows.iter().map(|&i| text_at(&e.tid, i)))
