@@ -17,7 +17,7 @@ from traceanalyze import _native
 from traceanalyze import db as tracedb
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.read import read_rank, view_raw_events, write_raw_events
+from traceanalyze.load.read import read_rank, write_raw_events
 
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 50}
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 10}
@@ -36,8 +36,11 @@ def _read_both(path: Path):
             if how == "stream":
                 got = read_rank(con, tf)
             else:
-                got = write_raw_events(con, tf, parquet)
-                view_raw_events(con, [parquet])
+                got = write_raw_events(lambda: con, tf, parquet)
+                con.execute("DROP TABLE raw_events")
+                con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet('{parquet}')")
+                # (what the stream read leaves to its caller: the files' rows and the events' issues)
+                got.table_rows, got.event_issues = {}, []
         except TraceFormatError as exc:
             assert not parquet.exists()  # a file that is not a trace leaves no Parquet file
             out.append((None, None, exc))

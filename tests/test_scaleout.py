@@ -184,17 +184,11 @@ def test_small_ranks_are_packed_and_a_failed_rank_in_a_pack_fails_alone(tmp_path
     assert store.read_manifest(1) is None
 
 
-@pytest.mark.parametrize("scenario", ["ddp/input_straggler", "parallel/pp2_dp2_tp2_3d", "real/hta-trace-filter"])
-def test_a_pack_mapped_in_one_database_writes_each_rank_what_its_own_map_writes(tmp_path, scenario):
-    """Every rank of the folder in one pack (one DuckDB database) against each rank mapped
-    alone: the same row counts and the same rows, table by table, and one manifest per rank."""
-    _assert_pack_maps_as_alone(sorted(discover(FIXTURES.parent / scenario).files, key=lambda tf: tf.rank), tmp_path)
-
-
 def test_a_pack_of_odd_ranks_protobuf_truncated_and_begin_end_maps_each_as_alone(tmp_path):
-    """The reads that fix rows in the database (a Perfetto protobuf rank, B/E pairs) and a
-    truncated rank, packed together with a plain rank: each rank's shard as when it is mapped
-    alone, and the truncated rank's issue kept on that rank only."""
+    """The reads that fix rows in a private database (a Perfetto protobuf rank, B/E pairs) and
+    a truncated rank, packed together with a plain rank: each rank's shard as when it is mapped
+    alone (its manifest's row counts those of its files), and the truncated rank's issue kept
+    on that rank only."""
     import pftrace_convert
 
     src = _rank_files(FIXTURES / SCENARIO)

@@ -15,9 +15,9 @@ use parquet::arrow::ArrowWriter;
 
 use crate::columns::{schema, PH};
 use crate::gathered::SPILL_BYTES;
-use crate::parquet_props::{properties, Codec};
 use crate::kernels::KernelClass;
-use crate::rank_tables::{CutShort, RankTables, TABLES};
+use crate::parquet_props::{properties, Codec};
+use crate::rank_tables::{CutShort, EventIssues, RankTables, TABLES};
 use crate::reader;
 use crate::trace::{EventSource, Limits, Outcome, TraceError, TraceParser};
 
@@ -55,6 +55,8 @@ pub struct WriteStats {
     /// rows of each one-pass table written (rank_tables), empty when none were asked for or
     /// the rows need the map's second look (B/E pairs)
     pub tables: Vec<(&'static str, usize)>,
+    /// the events' issues the one-pass tables counted (when they were written)
+    pub issues: EventIssues,
     /// seconds spent gathering and writing those tables
     pub tables_s: f64,
 }
@@ -182,12 +184,14 @@ fn write_inner(
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
-            stats.tables = tables
+            let finished = tables
                 .finish(to.cut, to.dir, limits_threads != 1, to.classes)
                 .map_err(|message| TraceError {
                     message,
                     offset: None,
                 })?;
+            stats.tables = finished.rows;
+            stats.issues = finished.issues;
             stats.tables_s += t.elapsed().as_secs_f64();
         }
     }

@@ -12,16 +12,16 @@ use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyList};
+use pyo3::types::{PyCapsule, PyDict, PyList, PyTuple};
 
 use crate::columns::{schema, Ty, COLUMNS, FIRST_ARG};
-use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
 use crate::derived::{derive_tables, Params, PgConfig, DERIVED};
+use crate::events::{ALIASES, ARG_KEYS, TYPED_ARGS};
 use crate::kernels::{classes_of, KernelClass};
 use crate::parquet_out::{write_raw_events, TablesOut};
-use crate::parquet_props::Codec;
+use crate::parquet_props::{write_batches, Codec};
 use crate::pftrace::open_events;
-use crate::rank_tables::{tables_of_raw_parquet, CutShort};
+use crate::rank_tables::{tables_of_raw_parquet, CutShort, EventIssues};
 use crate::trace::{BatchIter, EventSource, Limits, Outcome, TraceError};
 
 struct Shared {
@@ -317,6 +317,26 @@ fn write_raw_events_parquet<'py>(
         "tables",
         PyDict::from_sequence(&PyList::new(py, stats.tables)?.into_any())?,
     )?;
+    d.set_item("issues", issues_dict(py, &stats.issues)?)?;
+    Ok(d)
+}
+
+/// The events' issues the one-pass tables counted, for the map's load_issues.
+fn issues_dict<'py>(py: Python<'py>, i: &EventIssues) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bad_ts", i.bad_ts)?;
+    d.set_item("bad_dur", i.bad_dur)?;
+    d.set_item("no_ph", i.no_ph)?;
+    let repeated: Vec<&str> = i
+        .step_names
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    d.set_item("repeated_steps", repeated)?;
+    d.set_item("synthetic_steps", i.synthetic_steps)?;
+    d.set_item("range_kernels", i.range_kernels)?;
+    d.set_item("range_kernels_paired", i.range_kernels_paired)?;
     Ok(d)
 }
 
@@ -349,7 +369,8 @@ fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
 
 /// The one-pass tables of a rank's raw_events.parquet `raw` (the map's rows after it fixed
 /// them: B/E pairs, a late time base, a Perfetto trace) written into `tables_dir`; returns
-/// {table: rows}. Raises ValueError with a one-line message when a file cannot be read or written.
+/// ({table: rows}, the events' issues). Raises ValueError with a one-line message when a file
+/// cannot be read or written.
 #[pyfunction]
 #[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10), scratch_dir = None, kernel_classes = None))]
 fn rank_tables_of_parquet<'py>(
@@ -360,7 +381,7 @@ fn rank_tables_of_parquet<'py>(
     cut_short: (i64, i64),
     scratch_dir: Option<&str>,
     kernel_classes: Option<Vec<(i64, String, String, String)>>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let cut = cut_of(cut_short)?;
     let classes = classes_of_arg(true, kernel_classes)?;
     let (raw, dir) = (
@@ -374,8 +395,88 @@ fn rank_tables_of_parquet<'py>(
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });
-    let rows = got.map_err(PyValueError::new_err)?;
-    PyDict::from_sequence(&PyList::new(py, rows)?.into_any())
+    let finished = got.map_err(PyValueError::new_err)?;
+    let rows = PyDict::from_sequence(&PyList::new(py, finished.rows)?.into_any())?;
+    Ok((rows, issues_dict(py, &finished.issues)?))
+}
+
+/// Rows (tuples) of a small table written as the Parquet file `path`: `columns` are its
+/// (name, type) pairs as db/schema.sql declares them (INTEGER, BIGINT, VARCHAR, BOOLEAN,
+/// INTEGER[]). For the map's own rows of `ranks`, `pg_configs` and `load_issues`. Raises
+/// ValueError when a value is not of its column's type or the file cannot be written.
+#[pyfunction]
+fn write_rows<'py>(
+    py: Python<'py>,
+    path: &str,
+    columns: Vec<(String, String)>,
+    rows: Vec<Bound<'py, PyTuple>>,
+) -> PyResult<usize> {
+    use arrow_array::builder::{
+        BooleanBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
+    };
+    use arrow_array::ArrayRef;
+    use arrow_schema::{DataType, Field, Schema};
+    let mut fields = Vec::with_capacity(columns.len());
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for (j, (name, ty)) in columns.iter().enumerate() {
+        let value = |row: &Bound<'py, PyTuple>| row.get_item(j);
+        let bad = |e: PyErr| PyValueError::new_err(format!("column {name} ({ty}) of {path}: {e}"));
+        let array: ArrayRef = match ty.as_str() {
+            "INTEGER" => {
+                let mut b = Int32Builder::new();
+                for r in &rows {
+                    b.append_option(value(r)?.extract::<Option<i32>>().map_err(bad)?);
+                }
+                Arc::new(b.finish())
+            }
+            "BIGINT" => {
+                let mut b = Int64Builder::new();
+                for r in &rows {
+                    b.append_option(value(r)?.extract::<Option<i64>>().map_err(bad)?);
+                }
+                Arc::new(b.finish())
+            }
+            "VARCHAR" => {
+                let mut b = StringBuilder::new();
+                for r in &rows {
+                    b.append_option(value(r)?.extract::<Option<String>>().map_err(bad)?);
+                }
+                Arc::new(b.finish())
+            }
+            "BOOLEAN" => {
+                let mut b = BooleanBuilder::new();
+                for r in &rows {
+                    b.append_option(value(r)?.extract::<Option<bool>>().map_err(bad)?);
+                }
+                Arc::new(b.finish())
+            }
+            "INTEGER[]" => {
+                let mut b = ListBuilder::new(Int32Builder::new());
+                for r in &rows {
+                    match value(r)?.extract::<Option<Vec<i32>>>().map_err(bad)? {
+                        Some(xs) => {
+                            b.values().append_slice(&xs);
+                            b.append(true);
+                        }
+                        None => b.append(false),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            other => return Err(PyValueError::new_err(format!("no column type {other:?}"))),
+        };
+        let dt: DataType = array.data_type().clone();
+        fields.push(Field::new(name, dt, true));
+        arrays.push(array);
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let target = Path::new(path).to_path_buf();
+    py.allow_threads(|| {
+        let batch = RecordBatch::try_new(schema.clone(), arrays)
+            .map_err(|e| format!("cannot write {} ({e})", target.display()))?;
+        write_batches(&target, schema, std::iter::once(Ok(batch)), &[])
+    })
+    .map_err(PyValueError::new_err)
 }
 
 /// The derived tables (native/src/derived: collectives, phases, GPU activity, ...) of the rank
@@ -409,10 +510,15 @@ fn derive_rank_tables<'py>(
         gap_data_wait_min_share_pct: params.1,
         gap_comm_wait_min_share_pct: params.2,
     };
-    let (dir, out) = (Path::new(shard_dir).to_path_buf(), Path::new(out_dir).to_path_buf());
+    let (dir, out) = (
+        Path::new(shard_dir).to_path_buf(),
+        Path::new(out_dir).to_path_buf(),
+    );
     let got = py.allow_threads(|| {
-        catch_unwind(AssertUnwindSafe(|| derive_tables(&dir, &out, rank, configs, params)))
-            .unwrap_or_else(|p| Err(panic_message(p)))
+        catch_unwind(AssertUnwindSafe(|| {
+            derive_tables(&dir, &out, rank, configs, params)
+        }))
+        .unwrap_or_else(|p| Err(panic_message(p)))
     });
     let built = got.map_err(PyValueError::new_err)?;
     let (rows, seconds) = (PyDict::new(py), PyDict::new(py));
@@ -436,7 +542,9 @@ fn reading(what: &str, text: Option<&str>, is_annotation: bool) -> PyResult<Opti
         "collective_op" => sqlfn::collective_op(text).map(PyObjectish::Text),
         "dtype_bytes" => sqlfn::dtype_bytes(text).map(PyObjectish::Int),
         "is_data_range" => text.map(|t| PyObjectish::Bool(sqlfn::is_data_range(t, is_annotation))),
-        "flop_family" => text.and_then(crate::derived::flop_family).map(|f| PyObjectish::Text(f.into())),
+        "flop_family" => text
+            .and_then(crate::derived::flop_family)
+            .map(|f| PyObjectish::Text(f.into())),
         "dtype_class" => crate::derived::dtype_class(text).map(|f| PyObjectish::Text(f.into())),
         other => return Err(PyValueError::new_err(format!("no reading {other:?}"))),
     })
@@ -527,6 +635,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive_rank_tables, m)?)?;
     m.add_function(wrap_pyfunction!(derived_tables, m)?)?;
     m.add_function(wrap_pyfunction!(reading, m)?)?;
+    m.add_function(wrap_pyfunction!(write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;
     m.add_function(wrap_pyfunction!(columns, m)?)?;
     m.add_function(wrap_pyfunction!(arg_fields, m)?)?;

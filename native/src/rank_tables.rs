@@ -198,8 +198,33 @@ type ThreadKey = (Option<String>, Option<String>);
 type ThreadNames = (Option<String>, Option<String>);
 
 /// The rows of one rank's one-pass tables, gathered batch by batch.
+/// The events' oddities the map reports as load issues, counted as the rows go by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventIssues {
+    /// events (not metadata, with a ph) whose ts is missing, not a number or out of range
+    pub bad_ts: u64,
+    /// complete events with a time and a missing or negative dur
+    pub bad_dur: u64,
+    /// events without a ph
+    pub no_ph: u64,
+    /// complete ProfilerStep#N events by name (host ranges with a time and a dur >= 0)
+    pub step_names: BTreeMap<String, u64>,
+    /// the steps are one synthetic window (no ProfilerStep#N)
+    pub synthetic_steps: bool,
+    /// kernels rows of a CUPTI range profiler (with counters), and those with a correlation
+    pub range_kernels: u64,
+    pub range_kernels_paired: u64,
+}
+
+/// What `finish` wrote: each table's rows, and the events' issues.
+pub struct Finished {
+    pub rows: Vec<(&'static str, usize)>,
+    pub issues: EventIssues,
+}
+
 pub struct RankTables {
     rank: i32,
+    issues: EventIssues,
     /// (pid, tid) -> (smallest thread_name, smallest process_name)
     threads: BTreeMap<ThreadKey, ThreadNames>,
     /// ProfilerStep number -> (first start, last end)
@@ -302,6 +327,7 @@ impl RankTables {
             |table: &str| Gathered::new(spill.map(|(dir, bound)| (spill_path(dir, table), bound)));
         RankTables {
             rank,
+            issues: EventIssues::default(),
             threads: BTreeMap::new(),
             marks: BTreeMap::new(),
             window: None,
@@ -330,8 +356,14 @@ impl RankTables {
         let (mut any_cpu, mut any_ann, mut any_run) = (false, false, false);
         let (mut gpu, mut any_gpu) = (vec![false; n], false);
         for i in 0..n {
-            let Some(p) = text_at(&ph, i) else { continue };
+            let Some(p) = text_at(&ph, i) else {
+                self.issues.no_ph += 1;
+                continue;
+            };
             let name_i = text_at(&name, i);
+            if p != "M" && !ts.is_valid(i) {
+                self.issues.bad_ts += 1;
+            }
             if p == "M" {
                 if let Some(kind @ ("thread_name" | "process_name")) = name_i {
                     let key = (
@@ -366,10 +398,14 @@ impl RankTables {
                 });
             }
             let Some(d) = d.filter(|d| *d >= 0) else {
+                self.issues.bad_dur += 1;
                 continue;
             };
             let is_step = name_i.is_some_and(|s| s.starts_with("ProfilerStep#"));
             if is_step && c != Some("gpu_user_annotation") {
+                if let Some(n) = name_i {
+                    *self.issues.step_names.entry(n.to_owned()).or_default() += 1;
+                }
                 if let Some(step) = name_i.and_then(step_number) {
                     let end = t.saturating_add(d);
                     let span = self.marks.entry(step).or_insert((t, end));
@@ -478,8 +514,12 @@ impl RankTables {
         dir: &Path,
         parallel: bool,
         classes: &[KernelClass],
-    ) -> Result<Vec<(&'static str, usize)>, String> {
+    ) -> Result<Finished, String> {
         let (steps, synthetic) = self.steps();
+        let mut issues = self.issues.clone();
+        issues.synthetic_steps = synthetic && !steps.is_empty();
+        let range_rows = std::sync::atomic::AtomicU64::new(0);
+        let range_paired = std::sync::atomic::AtomicU64::new(0);
         let rank = self.rank;
         let step_of = |ts: Option<i64>| -> Option<i64> {
             let ts = ts?;
@@ -523,6 +563,9 @@ impl RankTables {
                     &group_desc,
                 );
                 first += part.num_rows();
+                if let Ok(b) = &batch {
+                    count_range_kernels(b, &range_rows, &range_paired);
+                }
                 batch
             });
             write_table("kernels", dir, batches)
@@ -572,7 +615,9 @@ impl RankTables {
             }
             rows.push(write_kernels(kernels)?);
         }
-        Ok(rows)
+        issues.range_kernels = range_rows.into_inner();
+        issues.range_kernels_paired = range_paired.into_inner();
+        Ok(Finished { rows, issues })
     }
 
     fn threads_batch(&self) -> Result<RecordBatch, ArrowError> {
@@ -599,6 +644,30 @@ impl RankTables {
                 Arc::new(StringArray::from(process)),
             ],
         )
+    }
+}
+
+/// Count the kernels rows of a CUPTI range profiler (with counters) and those of them with a
+/// correlation.
+fn count_range_kernels(
+    batch: &RecordBatch,
+    rows: &std::sync::atomic::AtomicU64,
+    paired: &std::sync::atomic::AtomicU64,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (Ok(counters), Ok(correlation)) = (
+        by_name::<StringArray>(batch, "counters"),
+        by_name::<Int64Array>(batch, "correlation"),
+    ) else {
+        return;
+    };
+    for i in 0..batch.num_rows() {
+        if counters.is_valid(i) {
+            rows.fetch_add(1, Relaxed);
+            if correlation.is_valid(i) {
+                paired.fetch_add(1, Relaxed);
+            }
+        }
     }
 }
 
@@ -918,7 +987,7 @@ pub fn tables_of_raw_parquet(
     rank: i32,
     cut: CutShort,
     classes: &[KernelClass],
-) -> Result<Vec<(&'static str, usize)>, String> {
+) -> Result<Finished, String> {
     let fail = |e: &dyn std::fmt::Display| format!("cannot read {} ({e})", raw.display());
     let file = File::open(raw).map_err(|e| fail(&e))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)

@@ -51,6 +51,22 @@ def table_sql_files() -> list[str]:
     return shared_sql_files() + _sql_files("tables/cross_rank")
 
 
+@functools.lru_cache(maxsize=None)
+def schema_columns(table: str) -> tuple[tuple[str, str], ...]:
+    """(column, type) of a table of schema.sql, in order: the files the map writes itself
+    (ranks, pg_configs, load_issues) get the schema's columns from here."""
+    found = re.search(rf"^CREATE TABLE {re.escape(table)} \((.*?)^\);", _sql_text("schema.sql"), re.MULTILINE | re.DOTALL)
+    if found is None:
+        raise KeyError(table)
+    columns = []
+    for line in found.group(1).splitlines():
+        code = line.split("--", 1)[0].strip().rstrip(",").strip()
+        if code:
+            name, kind = code.split(None, 1)
+            columns.append((name, kind))
+    return tuple(columns)
+
+
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw tables (empty) and the kernel classification seed table."""
     con.execute(_sql_text("schema.sql"))

@@ -3,9 +3,10 @@
 `map_rank` runs anywhere (this process, a pool worker, a Ray task, a batch job): the native
 reader writes the rank's events straight into its shard file raw_events.parquet, the
 one-pass tables (read.NATIVE_TABLES) beside it, and from those the other per-rank tables
-(read.DERIVED_TABLES); a private, memory-limited DuckDB database holds the rank's rows of
-`ranks`, `pg_configs` and `load_issues` (with the events' issues it counts), writes them under
-<shards>/rank=N/ and the manifest last.
+(read.DERIVED_TABLES); the rank's own rows of `ranks`, `pg_configs` and `load_issues` (with
+the events' issues the reader counted) are written beside them, and the manifest last. A
+private, memory-limited DuckDB database is opened only for a trace whose rows need fixing (B/E
+pairs, a time base written after the events, Perfetto protobuf).
 It holds one rank at a time; nothing in it looks at another rank.
 """
 
@@ -27,8 +28,8 @@ from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 from traceanalyze.load.memory import limit_memory, staging_dir
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, view_raw_events,
-                                    write_derived_tables, write_raw_events)
+from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, write_derived_tables,
+                                    write_raw_events, write_table_rows)
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 
@@ -43,7 +44,7 @@ IN_MEMORY_MAX_BYTES = 64 << 20
 READER_FILES = ("raw_events", *NATIVE_TABLES, *DERIVED_TABLES)
 
 # notes of the read that are choices we made, not data lost or doubtful
-INFO_KINDS = {"begin-end"}
+INFO_KINDS = {"begin-end", "no-steps", "range-profiler-kernels"}
 
 
 def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dict:
@@ -66,20 +67,14 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         local = fetched(tf, work)
         target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
         target.mkdir(parents=True, exist_ok=True)
-        con = open_private_database(work, estimated_uncompressed_bytes(local.path), threads)
-        try:
-            read = read_rank_events(con, tf, local, target / "raw_events.parquet", threads or 0, work)
-            derived = derive_rank_tables(tf, read, target)
-            insert_rank_rows(con, [(tf, read)])
-            view_raw_events(con, [target / "raw_events.parquet"])
-            insert_native_tables(con, [target])
-            record_event_issues(con)
-            t0 = time.process_time()
-            rows, files = write_tables(con, store, tf.rank, target, derived)
-            read.stage_s["write_tables_cpu"] = time.process_time() - t0
-        finally:
-            con.close()
-        manifest = rank_manifest(tf, read, rows, files)
+        with PrivateDatabase(work, estimated_uncompressed_bytes(local.path), threads) as database:
+            read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, work)
+        derived = derive_rank_tables(tf, read, target)
+        t0 = time.process_time()
+        rows = {**read.table_rows, **derived, **write_rank_rows(tf, read, target)}
+        files = shard_files(store, tf.rank, target)
+        read.stage_s["write_tables_cpu"] = time.process_time() - t0
+        manifest = rank_manifest(tf, read, {table: rows[table] for table in SHARD_TABLES}, files)
         store.write_manifest(tf.rank, manifest)
         return manifest
     except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
@@ -104,20 +99,37 @@ def fetched(tf: TraceFile, work: Path) -> TraceFile:
     return dataclasses.replace(tf, path=local)
 
 
-def open_private_database(work: Path, events_bytes: int, threads: int | None) -> duckdb.DuckDBPyConnection:
+class PrivateDatabase:
     """A map's private database for `events_bytes` of trace (in memory when small, else a file in
-    `work`, spilling there too): the raw tables, the macros and the memory limit."""
-    con = tracedb.open_quiet(":memory:" if events_bytes <= IN_MEMORY_MAX_BYTES else work / "rank.duckdb")
-    try:
-        tracedb.set_stage_threads(con, events_bytes, threads)
-        con.execute(f"SET temp_directory = {tracedb.sql_string(work / 'spill')}")
-        tracedb.create_schema(con)
-        tracedb.create_macros(con)
-        limit_memory(con, events_bytes)
-    except BaseException:
-        con.close()
-        raise
-    return con
+    `work`, spilling there too: the raw tables and the memory limit), opened by the first call,
+    for the rows of a trace that need fixing; most ranks never open it."""
+
+    def __init__(self, work: Path, events_bytes: int, threads: int | None) -> None:
+        self.work, self.events_bytes, self.threads = work, events_bytes, threads
+        self.con: duckdb.DuckDBPyConnection | None = None
+
+    def __call__(self) -> duckdb.DuckDBPyConnection:
+        if self.con is None:
+            path = ":memory:" if self.events_bytes <= IN_MEMORY_MAX_BYTES else self.work / "rank.duckdb"
+            con = tracedb.open_quiet(path)
+            try:
+                tracedb.set_stage_threads(con, self.events_bytes, self.threads)
+                con.execute(f"SET temp_directory = {tracedb.sql_string(self.work / 'spill')}")
+                tracedb.create_schema(con)
+                limit_memory(con, self.events_bytes)
+            except BaseException:
+                con.close()
+                raise
+            self.con = con
+        return self.con
+
+    def __enter__(self) -> PrivateDatabase:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
 
 
 def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: dict[str, dict]) -> dict:
@@ -128,14 +140,13 @@ def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: di
     return manifest
 
 
-def read_rank_events(con, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int,
+def read_rank_events(database: PrivateDatabase, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int,
                      scratch: Path | None = None) -> RankRead:
-    """The rank's events into `raw_path` (view_raw_events reads it back) and its one-pass
-    tables beside it (insert_native_tables reads them in); insert_rank_rows adds its rows of
-    `ranks`, `pg_configs` and `load_issues`. `scratch`: the map's private folder (the reader's
-    spilled rows). Bad input raises TraceanalyzeError naming the file."""
+    """The rank's events into `raw_path` and its one-pass tables beside it (`database`: for rows
+    that need fixing). `scratch`: the map's private folder (the reader's spilled rows). Bad input
+    raises TraceanalyzeError naming the file."""
     try:
-        read = write_raw_events(con, local, raw_path, threads, scratch)
+        read = write_raw_events(database, local, raw_path, threads, scratch)
     except TraceanalyzeError as exc:
         if exc.path == str(local.path) and tf.url:  # name the object, not its downloaded copy
             raise TraceanalyzeError(exc.problem, tf.url) from None
@@ -155,52 +166,35 @@ def derive_rank_tables(tf: TraceFile, read: RankRead, folder: Path) -> dict[str,
     return rows
 
 
-def insert_rank_rows(con, reads: list[tuple[TraceFile, RankRead]]) -> None:
-    """The read ranks' rows of `ranks`, `pg_configs` and `load_issues`: one statement per table
-    for a whole pack (a statement per rank and row cost a small rank some 7 ms)."""
-    ranks, configs, issues = [], [], []
-    for tf, read in reads:
-        ranks.append(_rank_row(tf, read))
-        rows, bad = _pg_config_rows_of(tf, read)
-        configs += rows
-        if bad:
-            issues.append((tf.rank, tf.url or str(tf.path), "bad-pg-config", "warning",
-                           "distributedInfo.pg_config entries without a group name or a list of ranks were skipped",
-                           bad))
-        issues += _issue_rows(tf, read)
-    _insert_values(con, "ranks (rank, rank_source, file, file_bytes, file_mtime_ns, events_bytes, world_size, backend,"
-                   " base_ns, device_name, truncated, host_name)", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ranks)
-    _insert_values(con, "pg_configs", "(?, ?, ?, ?, ?, ?, ?)", configs)
-    _insert_values(con, "load_issues", "(?, ?, ?, ?, ?, ?)", issues)
+# the shard tables the map writes itself: the rank's own rows
+RANK_ROW_TABLES = ("ranks", "pg_configs", "load_issues")
 
 
-INSERT_ROWS_AT_ONCE = 500
-
-
-def _insert_values(con, into: str, row: str, rows: list[tuple]) -> None:
-    """`rows` into `into` (ours: a table and its columns), `row` the placeholders of one row:
-    a parameterized multi-row VALUES statement per INSERT_ROWS_AT_ONCE rows."""
-    for at in range(0, len(rows), INSERT_ROWS_AT_ONCE):
-        chunk = rows[at:at + INSERT_ROWS_AT_ONCE]
-        con.execute(f"INSERT INTO {into} VALUES {', '.join([row] * len(chunk))}",
-                    [value for r in chunk for value in r])
-
-
-def insert_native_tables(con, folders: list[Path]) -> None:
-    """The reader's one-pass tables (read.NATIVE_TABLES) of the ranks whose shard files are in
-    `folders` into `con`'s tables: one statement per table for a whole pack."""
-    for table in NATIVE_TABLES:
-        files = tracedb.sql_string_list(folder / f"{table}.parquet" for folder in folders)
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet({files})")
+def write_rank_rows(tf: TraceFile, read: RankRead, folder: Path) -> dict[str, int]:
+    """The rank's rows of `ranks`, `pg_configs` and `load_issues` (its read's notes and the
+    events' issues) as their Parquet files in `folder`, with db/schema.sql's columns; returns
+    each table's rows."""
+    configs, bad = _pg_config_rows_of(tf, read)
+    issues = _issue_rows(tf, read)
+    if bad:
+        issues.append((tf.rank, tf.url or str(tf.path), "bad-pg-config", "warning",
+                       "distributedInfo.pg_config entries without a group name or a list of ranks were skipped",
+                       bad))
+    rows = {"ranks": [_rank_row(tf, read)], "pg_configs": configs, "load_issues": issues}
+    for table in RANK_ROW_TABLES:
+        write_table_rows(folder / f"{table}.parquet", table, rows[table])
+    return {table: len(rows[table]) for table in RANK_ROW_TABLES}
 
 
 def _rank_row(tf: TraceFile, read: RankRead) -> tuple:
+    """The rank's row of `ranks` (its clock offset is the reduce's, NULL here)."""
     devices = read.metadata.get("deviceProperties")
     device = devices[0].get("name") if isinstance(devices, list) and devices and isinstance(devices[0], dict) \
         else None
+    device = device if isinstance(device, str) else None  # (a name that is not text is none)
     return (tf.rank, tf.rank_source, tf.url or str(tf.path), tf.size_bytes, tf.mtime_ns, read.events_bytes,
             tf.world_size, tf.backend, base_time_ns(read.metadata), device, read.truncated_at_byte is not None,
-            host_name(read.metadata))
+            None, host_name(read.metadata))
 
 
 def host_name(metadata: dict) -> str | None:
@@ -267,7 +261,7 @@ def _issue_rows(tf: TraceFile, read: RankRead) -> list[tuple]:
                      f"kept every complete event before the cut, lost the last "
                      f"{read.lost_bytes:,} bytes (an event cut in the middle, or the end of the file)", None))
     rows.extend((tf.rank, file, kind, "info" if kind in INFO_KINDS else "warning", message, count)
-                for kind, message, count in read.notes)
+                for kind, message, count in [*read.notes, *read.event_issues])
     if tf.rank_source == "file name":
         rows.append((tf.rank, file, "rank-from-name", "info",
                      f"no distributedInfo.rank in the trace; rank {tf.rank} taken from the file name", None))
@@ -275,85 +269,6 @@ def _issue_rows(tf: TraceFile, read: RankRead) -> list[tuple]:
         rows.append((tf.rank, file, "single-process", "info",
                      "no distributedInfo: a single-process run, analyzed as rank 0", None))
     return rows
-
-
-def record_event_issues(con) -> None:
-    """Malformed events, counted: never dropped silently (the ranks' raw_events, steps and kernels in `con`)."""
-    con.execute("""
-        INSERT INTO load_issues
-        SELECT e.rank, r.file, kind, 'warning', message, n FROM (
-            SELECT rank, 'bad-ts' AS kind,
-                   'events whose ts is missing, not a number or out of range were skipped' AS message,
-                   count(*) AS n
-            FROM raw_events WHERE ts_ns IS NULL AND ph IS NOT NULL AND ph <> 'M' GROUP BY rank
-            UNION ALL
-            SELECT rank, 'bad-dur', 'complete (X) events with a missing or negative dur were skipped', count(*)
-            FROM raw_events WHERE ph = 'X' AND ts_ns IS NOT NULL AND (dur_ns IS NULL OR dur_ns < 0) GROUP BY rank
-            UNION ALL
-            SELECT rank, 'no-ph', 'events without a ph (phase) field, or not JSON objects, were skipped',
-                   count(*)
-            FROM raw_events WHERE ph IS NULL GROUP BY rank
-            UNION ALL
-            SELECT rank, 'duplicate-step',
-                   'ProfilerStep#N names that occur more than once (' || string_agg(name, ', ' ORDER BY name)
-                   || '): each such step spans all its occurrences', count(*)
-            FROM (SELECT rank, name FROM raw_events
-                  WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND coalesce(cat, '') <> 'gpu_user_annotation'
-                    AND ts_ns IS NOT NULL AND dur_ns >= 0
-                  GROUP BY rank, name HAVING count(*) > 1)
-            GROUP BY rank
-        ) AS e JOIN ranks AS r USING (rank)
-    """)
-    con.execute("""
-        INSERT INTO load_issues
-        SELECT s.rank, r.file, 'no-steps', 'info',
-               'no ProfilerStep#N annotations (profiled without a schedule): the whole trace is analyzed as one window',
-               NULL
-        FROM steps AS s JOIN ranks AS r USING (rank) WHERE s.synthetic
-    """)
-    con.execute("""
-        INSERT INTO load_issues
-        SELECT k.rank, r.file, 'range-profiler-kernels', 'info',
-               'kernels recorded by the CUPTI range profiler (cuda_profiler_range events) carry performance '
-               || 'counters (kernels.counters) but no measured times (Kineto spreads them over the profiling '
-               || 'window): GPU busy and idle time are not reported'
-               || CASE WHEN count(k.correlation) < count(*)
-                       THEN '; their number differs from the kernel launches: not matched to the launching calls'
-                       ELSE '' END,
-               count(*)
-        FROM kernels AS k JOIN ranks AS r USING (rank) WHERE k.counters IS NOT NULL GROUP BY k.rank, r.file
-    """)
-
-
-def write_tables(con, store: ShardStore, rank: int, target: Path,
-                 derived: dict[str, int]) -> tuple[dict[str, int], dict[str, dict]]:
-    """Every per-rank table as Parquet in `target` (the reader's files are there already, its
-    derived tables with the row counts `derived`): the local shard folder, or a private one
-    uploaded from. Returns the row count of each table and the size and hash of each file (the
-    manifest's)."""
-    counts = rank_row_counts(con)
-    rows = {table: derived[table] if table in DERIVED_TABLES else sum(counts[table].values())
-            for table in SHARD_TABLES}
-    for table in SHARD_TABLES:
-        if table not in READER_FILES:
-            con.execute(f"COPY {table} TO {tracedb.sql_string(target / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
-    return rows, shard_files(store, rank, target)
-
-
-# the shard tables whose rows the map's database holds (the derived ones' the reader counts)
-COUNTED_TABLES = tuple(table for table in SHARD_TABLES if table not in DERIVED_TABLES)
-
-
-def rank_row_counts(con) -> dict[str, dict[int, int]]:
-    """Each shard table's rows per rank in `con`, {table: {rank: rows}} (a rank without rows
-    absent; the derived tables' are not there), in one statement (one per table cost a small
-    load some 6 ms of planning). The names are ours."""
-    counts: dict[str, dict[int, int]] = {table: {} for table in SHARD_TABLES}
-    query = " UNION ALL ".join(f"SELECT {at} AS at, rank, count(*) AS n FROM {table} GROUP BY rank"
-                               for at, table in enumerate(COUNTED_TABLES))
-    for at, rank, n in con.execute(query).fetchall():
-        counts[COUNTED_TABLES[at]][rank] = n
-    return counts
 
 
 def shard_files(store: ShardStore, rank: int, target: Path) -> dict[str, dict]:

@@ -1,14 +1,12 @@
-"""Small ranks packed: one task maps several ranks in one DuckDB database (pack_map.py), so a
-thousand small files cost a hundred tasks and databases, not a thousand process (or Ray task)
-round trips and a thousand databases. Every executor packs the same
-way (in rank order, by trace bytes: the same input gives the same packs); a rank that fails
-inside a pack fails alone, the others' shards stand."""
+"""Small ranks packed: one task maps several ranks one after the other, so a thousand small
+files cost a hundred tasks, not a thousand process (or Ray task) round trips. Every executor
+packs the same way (in rank order, by trace bytes: the same input gives the same packs); a rank
+that fails inside a pack fails alone, the others' shards stand."""
 
 from __future__ import annotations
 
 from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map_outcome import MapOutcome, map_guarded
-from traceanalyze.load.pack_map import map_ranks_together
 
 # a task maps ranks until it holds this much trace (JSON bytes, estimated for gzip) ...
 PACK_BYTES = 64 << 20
@@ -32,8 +30,6 @@ def packs(files: list[TraceFile], workers: int, pack_bytes: int = PACK_BYTES) ->
 
 
 def map_pack(files: list[TraceFile], shards_root: str, threads: int | None) -> list[MapOutcome]:
-    """Map the ranks of one pack: several in one database (pack_map.py), one alone by itself;
-    each rank's outcome its own."""
-    if len(files) > 1:
-        return map_ranks_together(files, shards_root, threads)
-    return [map_guarded(tf, shards_root, threads) for tf in files]
+    """Map the ranks of one pack, each by itself (map.py), in rank order; each rank's outcome
+    its own."""
+    return [map_guarded(tf, shards_root, threads) for tf in sorted(files, key=lambda tf: tf.rank)]

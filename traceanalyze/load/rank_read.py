@@ -22,3 +22,7 @@ class RankRead:
     notes: list[tuple[str, str, int | None]] = field(default_factory=list)  # (kind, message, count)
     # seconds per stage: *_cpu the process's CPU time (all its threads), *_wall elapsed
     stage_s: dict[str, float] = field(default_factory=dict)
+    # rows of the shard files the reader wrote (raw_events and the one-pass tables; the map's)
+    table_rows: dict[str, int] = field(default_factory=dict)
+    # the events' issues the reader counted in its one-pass tables: (kind, message, count)
+    event_issues: list[tuple[str, str, int | None]] = field(default_factory=list)

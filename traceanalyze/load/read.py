@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import duckdb
 
 import traceanalyze.db as tracedb
 from traceanalyze.load.extension import native as _native
-from traceanalyze.errors import TraceFormatError
+from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import TraceFile, is_protobuf
 from traceanalyze.load.rank_read import RankRead
 
@@ -96,23 +97,25 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
                     out["lost_bytes"], notes)
 
 
-def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, threads: int = 0,
-                     scratch: Path | None = None) -> RankRead:
+def write_raw_events(database: Callable[[], duckdb.DuckDBPyConnection], tf: TraceFile, out: Path,
+                     threads: int = 0, scratch: Path | None = None) -> RankRead:
     """Parse `tf` into the Parquet file `out` (the shard's raw_events.parquet, rank =
     tf.rank). Raises TraceFormatError (one line, the file and the byte offset) for a file that
-    is not a readable trace; `out` is then gone. The caller reads the file back as `raw_events`
-    (view_raw_events), for one rank or a pack of them.
+    is not a readable trace; `out` is then gone.
 
     Rows that need a second look (B/E pairs, a time base learned after the events, a Perfetto
-    protobuf trace) are fixed in `con`'s `raw_events` table (the schema's, emptied first) and
-    written out by DuckDB instead; a rank that needs none runs no statement in `con`.
-    The one-pass tables (NATIVE_TABLES) go beside `out`; their rows past 64 MB wait in the
-    private folder `scratch` (default: beside `out`)."""
+    protobuf trace) are fixed in the `raw_events` table (the schema's, emptied first) of the
+    connection `database()` opens, and written out by DuckDB instead; a rank that needs none
+    opens no database. The one-pass tables (NATIVE_TABLES) go beside `out`; their rows past
+    64 MB wait in the private folder `scratch` (default: beside `out`). The read's `table_rows`
+    count the files' rows, its `event_issues` the events' oddities."""
     if is_protobuf(tf.path):
+        con = database()
         con.execute("DELETE FROM raw_events")
         read = read_rank(con, tf, threads)
+        (rows,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
         _copy_out(con, out)
-        _tables_of_fixed_rows(out, tf, scratch)
+        _tables_of_fixed_rows(out, tf, scratch, read, rows)
         return read
     cpu0 = time.process_time()
     try:
@@ -132,37 +135,63 @@ def write_raw_events(con: duckdb.DuckDBPyConnection, tf: TraceFile, out: Path, t
               "native_tables_wall": out_dict["tables_s"]}
     source = f"read_parquet({tracedb.sql_string(out)})"
     pairs = 0
+    read = RankRead(metadata, out_dict["events"], out_dict["events_bytes"], out_dict["truncated_at_byte"],
+                    out_dict["lost_bytes"], notes, stages, {"raw_events": out_dict["rows"], **out_dict["tables"]},
+                    event_issue_notes(out_dict["issues"]))
     if shift or out_dict["begin_end_rows"]:  # rare: fix the rows in a table, then write them again
+        con = database()
         con.execute("DELETE FROM raw_events")
         con.execute(f"INSERT INTO raw_events SELECT * FROM {source}")
         if shift:
             _shift_times(con, tf.rank, shift)
         pairs, be_notes = _convert_begin_end(con, tf.rank)
         notes += be_notes
+        read.events -= pairs
+        (rows,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
         _copy_out(con, out)
-        _tables_of_fixed_rows(out, tf, scratch)
-    return RankRead(metadata, out_dict["events"] - pairs, out_dict["events_bytes"], out_dict["truncated_at_byte"],
-                    out_dict["lost_bytes"], notes, stages)
+        _tables_of_fixed_rows(out, tf, scratch, read, rows)
+    return read
 
 
-def view_raw_events(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
-    """`raw_events` of `con` as a view over the ranks' raw_events.parquet `files` (in place of the
-    schema's table, which holds only rows being fixed)."""
-    (kind,) = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'main'"
-                          " AND table_name = 'raw_events'").fetchone() or (None,)
-    if kind is not None:
-        con.execute("DROP VIEW raw_events" if kind == "VIEW" else "DROP TABLE raw_events")
-    con.execute(f"CREATE VIEW raw_events AS SELECT * FROM read_parquet({tracedb.sql_string_list(files)})")
+def event_issue_notes(issues: dict) -> list[tuple[str, str, int | None]]:
+    """The events' oddities the reader counted, as load_issues notes (kind, message, count):
+    malformed events are counted, never dropped silently."""
+    notes: list[tuple[str, str, int | None]] = []
+    for key, kind, message in (
+            ("bad_ts", "bad-ts", "events whose ts is missing, not a number or out of range were skipped"),
+            ("bad_dur", "bad-dur", "complete (X) events with a missing or negative dur were skipped"),
+            ("no_ph", "no-ph", "events without a ph (phase) field, or not JSON objects, were skipped")):
+        if issues[key]:
+            notes.append((kind, message, issues[key]))
+    if issues["repeated_steps"]:
+        notes.append(("duplicate-step", "ProfilerStep#N names that occur more than once ("
+                      + ", ".join(issues["repeated_steps"]) + "): each such step spans all its occurrences",
+                      len(issues["repeated_steps"])))
+    if issues["synthetic_steps"]:
+        notes.append(("no-steps", "no ProfilerStep#N annotations (profiled without a schedule): the whole trace "
+                      "is analyzed as one window", None))
+    if issues["range_kernels"]:
+        unmatched = issues["range_kernels_paired"] < issues["range_kernels"]
+        notes.append(("range-profiler-kernels",
+                      "kernels recorded by the CUPTI range profiler (cuda_profiler_range events) carry performance "
+                      "counters (kernels.counters) but no measured times (Kineto spreads them over the profiling "
+                      "window): GPU busy and idle time are not reported"
+                      + ("; their number differs from the kernel launches: not matched to the launching calls"
+                         if unmatched else ""), issues["range_kernels"]))
+    return notes
 
 
-def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None) -> None:
-    """The one-pass tables again, from the rows as the map fixed them (the file `out`)."""
+def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None, read: RankRead, rows: int) -> None:
+    """The one-pass tables again, from the rows as the map fixed them (the file `out`, of
+    `rows` rows): the read's table rows and event issues are theirs."""
     try:
-        _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
-                                       scratch_dir=str(scratch or out.parent),
-                                       kernel_classes=tracedb.kernel_classes())
+        tables, issues = _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
+                                                        scratch_dir=str(scratch or out.parent),
+                                                        kernel_classes=tracedb.kernel_classes())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
+    read.table_rows = {"raw_events": rows, **tables}
+    read.event_issues = event_issue_notes(issues)
 
 
 def write_derived_tables(tf: TraceFile, folder: Path, configs: list[tuple]) -> dict[str, int]:
@@ -181,6 +210,16 @@ def _derived_params() -> tuple[int, float, float]:
     return (int(tracedb.parameter("phase_merge_tolerance_ns")),
             float(tracedb.parameter("gap_data_wait_min_share_pct")),
             float(tracedb.parameter("gap_comm_wait_min_share_pct")))
+
+
+def write_table_rows(path: Path, table: str, rows: list[tuple]) -> None:
+    """`rows` of the schema's `table` (db/schema.sql's columns, in order) as the Parquet file
+    `path`, by the native reader's writer; a file that cannot be written raises
+    TraceanalyzeError naming it."""
+    try:
+        _native.write_rows(str(path), list(tracedb.schema_columns(table)), rows)
+    except ValueError as exc:
+        raise TraceanalyzeError(str(exc), str(path)) from None
 
 
 def _copy_out(con, out: Path) -> None:

@@ -98,7 +98,8 @@ fn from_kernels(x: &Inputs) -> Vec<Collective> {
             }
         }
     }
-    let pattern = regex::Regex::new("(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)").expect("a pattern");
+    let pattern =
+        regex::Regex::new("(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)").expect("a pattern");
     let mut rows = Vec::new();
     for i in 0..k.kind.len() {
         if text_at(&k.kind, i) != Some("communication") {
@@ -108,14 +109,16 @@ fn from_kernels(x: &Inputs) -> Vec<Collective> {
             continue;
         };
         let name = text_at(&k.name, i);
-        let raw = text_at(&k.collective_name, i).map(str::to_owned).or_else(|| {
-            name.map(|n| {
-                pattern
-                    .captures(n)
-                    .and_then(|c| c.get(1))
-                    .map_or(String::new(), |m| m.as_str().to_owned())
-            })
-        });
+        let raw = text_at(&k.collective_name, i)
+            .map(str::to_owned)
+            .or_else(|| {
+                name.map(|n| {
+                    pattern
+                        .captures(n)
+                        .and_then(|c| c.get(1))
+                        .map_or(String::new(), |m| m.as_str().to_owned())
+                })
+            });
         let call = at(&k.correlation, i).and_then(|c| calls.get(&c));
         rows.push(Collective {
             step: at(&k.step, i),
@@ -190,20 +193,28 @@ fn from_gloo(x: &Inputs) -> Vec<Collective> {
         .iter()
         .enumerate()
         .filter(|(_, r)| r.op.is_some() && !is_p2p(r.op.as_deref()))
-        .map(|(k, r)| (k, at(&a.ts_ns, r.row).unwrap_or(0), at(&a.end_ns, r.row).unwrap_or(0)))
+        .map(|(k, r)| {
+            (
+                k,
+                at(&a.ts_ns, r.row).unwrap_or(0),
+                at(&a.end_ns, r.row).unwrap_or(0),
+            )
+        })
         .collect();
     let mut paired: Vec<Option<usize>> = vec![None; runs.len()];
     for (nth, run) in by_time(&group_runs).into_iter().enumerate() {
         paired[run] = calls.get(nth).copied();
     }
-    let call_op = |i: usize| collective_op(text_at(&c.name, i).and_then(|n| n.strip_prefix("c10d::")));
+    let call_op =
+        |i: usize| collective_op(text_at(&c.name, i).and_then(|n| n.strip_prefix("c10d::")));
     let trusted = runs.iter().zip(&paired).all(|(run, call)| {
         let Some(ci) = *call else { return true };
         let op = call_op(ci);
         let starts_first = at(&c.ts_ns, ci) <= at(&a.ts_ns, run.row);
         starts_first
             && (op == run.op
-                || (op.as_deref() == Some("reduce_scatter") && run.op.as_deref() == Some("all_reduce")))
+                || (op.as_deref() == Some("reduce_scatter")
+                    && run.op.as_deref() == Some("all_reduce")))
     });
     runs.iter()
         .zip(&paired)
@@ -238,8 +249,16 @@ fn from_gloo(x: &Inputs) -> Vec<Collective> {
                 } else {
                     call.and_then(|ci| text_at(&c.tid, ci)).map(str::to_owned)
                 },
-                call_ts_ns: if p2p { Some(ts) } else { call.and_then(|ci| at(&c.ts_ns, ci)) },
-                call_end_ns: if p2p { None } else { call.and_then(|ci| at(&c.end_ns, ci)) },
+                call_ts_ns: if p2p {
+                    Some(ts)
+                } else {
+                    call.and_then(|ci| at(&c.ts_ns, ci))
+                },
+                call_end_ns: if p2p {
+                    None
+                } else {
+                    call.and_then(|ci| at(&c.end_ns, ci))
+                },
                 ..Default::default()
             }
         })
@@ -321,11 +340,20 @@ pub fn collectives(x: &Inputs) -> Vec<Collective> {
     let p2p_calls: Vec<(&str, i64, i64, i32)> = (0..c.name.len())
         .filter_map(|i| {
             matches!(text_at(&c.name, i), Some("c10d::send" | "c10d::recv_")).then_some(())?;
-            Some((text_at(&c.tid, i)?, at(&c.ts_ns, i)?, at(&c.end_ns, i)?, at(&c.peer_group_rank, i)?))
+            Some((
+                text_at(&c.tid, i)?,
+                at(&c.ts_ns, i)?,
+                at(&c.end_ns, i)?,
+                at(&c.peer_group_rank, i)?,
+            ))
         })
         .collect();
     for r in rows.iter_mut() {
-        r.kind = if is_p2p(r.op.as_deref()) { "p2p" } else { "collective" };
+        r.kind = if is_p2p(r.op.as_deref()) {
+            "p2p"
+        } else {
+            "collective"
+        };
         r.group_source = if r.pg_name.is_some() {
             "trace"
         } else {
@@ -352,10 +380,12 @@ pub fn collectives(x: &Inputs) -> Vec<Collective> {
                 .max()
         });
         let config = config_of(&r.group);
-        r.desc = r
-            .pg_desc
-            .clone()
-            .or_else(|| configs.iter().filter(|c| c.name == r.group).find_map(|c| c.desc.clone()));
+        r.desc = r.pg_desc.clone().or_else(|| {
+            configs
+                .iter()
+                .filter(|c| c.name == r.group)
+                .find_map(|c| c.desc.clone())
+        });
         r.members = group_ranks(r.pg_ranks.as_deref()).or_else(|| config.map(|c| c.ranks.clone()));
     }
     rows.sort_by_key(|r| (r.ts_ns, r.end_ns));

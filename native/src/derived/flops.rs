@@ -83,7 +83,11 @@ fn len(d: &Dims) -> Option<usize> {
 /// elements of a shape (1 for a scalar [])
 fn numel(d: &Dims) -> Option<f64> {
     let d = d.as_ref()?;
-    Some(if d.is_empty() { 1.0 } else { d.iter().fold(1.0, |acc, x| acc * x) })
+    Some(if d.is_empty() {
+        1.0
+    } else {
+        d.iter().fold(1.0, |acc, x| acc * x)
+    })
 }
 
 /// list_product of a non-empty list (None for an empty one)
@@ -98,7 +102,11 @@ fn greatest(values: &[Option<f64>]) -> Option<f64> {
 
 /// "Concrete Inputs"[i] of an op's other args, as text
 fn concrete_text(args: &Option<serde_json::Value>, i: usize) -> Option<String> {
-    args.as_ref()?.get("Concrete Inputs")?.as_array()?.get(i).and_then(as_text)
+    args.as_ref()?
+        .get("Concrete Inputs")?
+        .as_array()?
+        .get(i)
+        .and_then(as_text)
 }
 
 /// "Concrete Inputs"[i] as a list of integers ('[2, 2]')
@@ -109,16 +117,29 @@ fn concrete_ints(args: &Option<serde_json::Value>, i: usize) -> Option<Vec<i64>>
 
 /// Output elements of a convolution: x [N, C, *spatial], w [Cout, Cin/groups, *kernel],
 /// stride s, padding p, dilation dl (one value per spatial dim, or one for all).
-fn conv_out_numel(x: &Dims, w: &Dims, s: &Option<Vec<i64>>, p: &Option<Vec<i64>>, dl: &Option<Vec<i64>>) -> Option<f64> {
-    let (x, w, s, p, dl) = (x.as_ref()?, w.as_ref()?, s.as_ref()?, p.as_ref()?, dl.as_ref()?);
+fn conv_out_numel(
+    x: &Dims,
+    w: &Dims,
+    s: &Option<Vec<i64>>,
+    p: &Option<Vec<i64>>,
+    dl: &Option<Vec<i64>>,
+) -> Option<f64> {
+    let (x, w, s, p, dl) = (
+        x.as_ref()?,
+        w.as_ref()?,
+        s.as_ref()?,
+        p.as_ref()?,
+        dl.as_ref()?,
+    );
     if x.len() < 3 || w.len() != x.len() || s.is_empty() || p.is_empty() || dl.is_empty() {
         return None;
     }
     let pick = |v: &[i64], j: usize| v[j.min(v.len()) - 1];
     let spatial: Vec<f64> = (1..x.len() - 1)
         .map(|j| {
-            let inner = (x[j + 1] + 2.0 * pick(p, j) as f64 - pick(dl, j) as f64 * (w[j + 1] - 1.0) - 1.0)
-                / (pick(s, j).max(1)) as f64;
+            let inner =
+                (x[j + 1] + 2.0 * pick(p, j) as f64 - pick(dl, j) as f64 * (w[j + 1] - 1.0) - 1.0)
+                    / (pick(s, j).max(1)) as f64;
             f64::max(0.0, inner.floor() + 1.0)
         })
         .collect();
@@ -144,7 +165,13 @@ fn matmul_out_numel(a: &Dims, b: &Dims) -> Option<f64> {
     if ix(a, -1)? != inner_b? {
         return None;
     }
-    let batch = |d: &[f64]| if d.len() > 2 { product(&d[..d.len() - 2]) } else { Some(1.0) };
+    let batch = |d: &[f64]| {
+        if d.len() > 2 {
+            product(&d[..d.len() - 2])
+        } else {
+            Some(1.0)
+        }
+    };
     let rows = if a.len() >= 2 { ix(a, -2)? } else { 1.0 };
     let cols = if b.len() >= 2 { ix(b, -1)? } else { 1.0 };
     Some(greatest(&[batch(a), batch(b)])? * rows * cols)
@@ -169,7 +196,12 @@ fn bare(name: &str) -> &str {
 /// backward is 2x its forward (gradients of input and weight) unless its inputs tell; norms and
 /// softmax 5 per element; elementwise 1 per output element (addcmul / addcdiv 2); embedding
 /// lookups 0.
-fn flops_of(family: &str, name: &str, d: &[Dims; 4], args: &Option<serde_json::Value>) -> Option<f64> {
+fn flops_of(
+    family: &str,
+    name: &str,
+    d: &[Dims; 4],
+    args: &Option<serde_json::Value>,
+) -> Option<f64> {
     let [d0, d1, d2, d3] = d;
     let dd = |x: &Dims, i: i64| x.as_ref().and_then(|v| ix(v, i));
     match family {
@@ -185,11 +217,20 @@ fn flops_of(family: &str, name: &str, d: &[Dims; 4], args: &Option<serde_json::V
         "linear" => (len(d0)? >= 1 && len(d1)? == 2 && dd(d0, -1)? == dd(d1, 2)?)
             .then(|| Some(2.0 * numel(d0)? * dd(d1, 1)?))?,
         "conv" => {
-            let transposed = !matches!(concrete_text(args, 6).as_deref().unwrap_or("False"), "False" | "");
+            let transposed = !matches!(
+                concrete_text(args, 6).as_deref().unwrap_or("False"),
+                "False" | ""
+            );
             if transposed && matches!(bare(name), "convolution" | "_convolution") {
                 return None;
             }
-            let out = conv_out_numel(d0, d1, &concrete_ints(args, 3), &concrete_ints(args, 4), &concrete_ints(args, 5));
+            let out = conv_out_numel(
+                d0,
+                d1,
+                &concrete_ints(args, 3),
+                &concrete_ints(args, 4),
+                &concrete_ints(args, 5),
+            );
             Some(2.0 * out? * conv_macs_per_out(d1)?)
         }
         "conv_backward" => match bare(name) {
@@ -199,7 +240,11 @@ fn flops_of(family: &str, name: &str, d: &[Dims; 4], args: &Option<serde_json::V
                     None => 2.0,
                     Some(mask) => {
                         let words = regex::Regex::new("(True|False)").expect("a pattern");
-                        words.find_iter(&mask).take(2).filter(|m| m.as_str() == "True").count() as f64
+                        words
+                            .find_iter(&mask)
+                            .take(2)
+                            .filter(|m| m.as_str() == "True")
+                            .count() as f64
                     }
                 };
                 Some(2.0 * numel(d0)? * conv_macs_per_out(d2)? * asked)
@@ -221,7 +266,13 @@ fn flops_of(family: &str, name: &str, d: &[Dims; 4], args: &Option<serde_json::V
         }
         "elementwise2" => {
             d0.as_ref()?;
-            Some(2.0 * greatest(&[numel(d0), Some(numel(d1).unwrap_or(0.0)), Some(numel(d2).unwrap_or(0.0))])?)
+            Some(
+                2.0 * greatest(&[
+                    numel(d0),
+                    Some(numel(d1).unwrap_or(0.0)),
+                    Some(numel(d2).unwrap_or(0.0)),
+                ])?,
+            )
         }
         _ => None,
     }
@@ -259,14 +310,18 @@ fn op_bytes(family: &str, d: &[Dims; 4], s: Option<i64>) -> Option<f64> {
 /// TRY_CAST(double AS BIGINT): rounded half to even; None when not finite or out of range.
 fn to_i64(v: Option<f64>) -> Option<i64> {
     let r = v?.round_ties_even();
-    (r.is_finite() && r >= -9.223372036854775808e18 && r < 9.223372036854775808e18).then_some(r as i64)
+    (r.is_finite() && r >= -9.223372036854775808e18 && r < 9.223372036854775808e18)
+        .then_some(r as i64)
 }
 
 /// The precision class peaks are quoted for: fp64, fp32, fp16, bf16, fp8 (None: integers,
 /// bool, unknown).
 pub fn dtype_class(dtype: Option<&str>) -> Option<&'static str> {
     let d = dtype.unwrap_or("");
-    let d = ["c10::", "at::", "torch."].iter().find_map(|p| d.strip_prefix(p)).unwrap_or(d);
+    let d = ["c10::", "at::", "torch."]
+        .iter()
+        .find_map(|p| d.strip_prefix(p))
+        .unwrap_or(d);
     Some(match super::sqlfn::lower(d).as_str() {
         "double" | "float64" => "fp64",
         "float" | "float32" => "fp32",
@@ -310,14 +365,29 @@ pub fn op_flops(x: &Inputs) -> Columns {
         .filter_map(|i| {
             let family = flop_family(text_at(&e.name, i)?)?;
             let ts = at(&e.ts_ns, i)?;
-            Some(Op { row: i, family, ts, end: ts.saturating_add(at(&e.dur_ns, i)?) })
+            Some(Op {
+                row: i,
+                family,
+                ts,
+                end: ts.saturating_add(at(&e.dur_ns, i)?),
+            })
         })
         .collect();
     let last = |v: Option<&str>| (v.is_none(), v.map(str::to_owned));
     ops.sort_by(|a, b| {
         let key = |o: &Op| {
-            (o.ts, std::cmp::Reverse(o.end), last(text_at(&e.tid, o.row)), last(text_at(&e.pid, o.row)),
-             (at(&e.external_id, o.row).is_none(), at(&e.external_id, o.row)), last(text_at(&e.name, o.row)), o.row)
+            (
+                o.ts,
+                std::cmp::Reverse(o.end),
+                last(text_at(&e.tid, o.row)),
+                last(text_at(&e.pid, o.row)),
+                (
+                    at(&e.external_id, o.row).is_none(),
+                    at(&e.external_id, o.row),
+                ),
+                last(text_at(&e.name, o.row)),
+                o.row,
+            )
         };
         key(a).cmp(&key(b))
     });
@@ -337,7 +407,9 @@ pub fn op_flops(x: &Inputs) -> Columns {
     let r = &x.runtime;
     let mut calls: HashMap<i64, (Option<String>, i64)> = HashMap::new();
     for i in 0..r.ts_ns.len() {
-        let (Some(c), Some(ts)) = (at(&r.correlation, i), at(&r.ts_ns, i)) else { continue };
+        let (Some(c), Some(ts)) = (at(&r.correlation, i), at(&r.ts_ns, i)) else {
+            continue;
+        };
         let tid = text_at(&r.tid, i);
         let entry = calls.entry(c).or_insert((tid.map(str::to_owned), ts));
         if let Some(t) = tid {
@@ -383,8 +455,12 @@ pub fn op_flops(x: &Inputs) -> Columns {
     let mut owned_count: Vec<i64> = vec![0; outer.len()];
     let mut owned = vec![false; launches.len()];
     for (l, (ki, tid, launch)) in launches.iter().enumerate() {
-        let Some(runs) = tid.as_deref().and_then(|t| islands.get(t)) else { continue };
-        let Some(j) = runs.partition_point(|run| run.0 <= *launch).checked_sub(1) else { continue };
+        let Some(runs) = tid.as_deref().and_then(|t| islands.get(t)) else {
+            continue;
+        };
+        let Some(j) = runs.partition_point(|run| run.0 <= *launch).checked_sub(1) else {
+            continue;
+        };
         let run = &runs[j];
         if *launch > run.1 {
             continue;
@@ -405,10 +481,22 @@ pub fn op_flops(x: &Inputs) -> Columns {
             let dims = json(text_at(&e.input_dims, i));
             let types = json(text_at(&e.input_type, i));
             let args = json(text_at(&e.other_args, i));
-            let d = [dims_at(&dims, 0), dims_at(&dims, 1), dims_at(&dims, 2), dims_at(&dims, 3)];
+            let d = [
+                dims_at(&dims, 0),
+                dims_at(&dims, 1),
+                dims_at(&dims, 2),
+                dims_at(&dims, 3),
+            ];
             let type_at = |j: usize| element(&types, j).and_then(as_text);
             let name = text_at(&e.name, i).unwrap_or("");
-            let size = dtype_bytes(type_at(if matches!(o.family, "addmm" | "baddbmm") { 1 } else { 0 }).as_deref());
+            let size = dtype_bytes(
+                type_at(if matches!(o.family, "addmm" | "baddbmm") {
+                    1
+                } else {
+                    0
+                })
+                .as_deref(),
+            );
             OpRow {
                 ts_ns: Some(o.ts),
                 dur_ns: at(&e.dur_ns, i),
@@ -448,7 +536,9 @@ pub fn op_flops(x: &Inputs) -> Columns {
     let c = &x.cpu_ops;
     let mut launching: HashMap<i64, usize> = HashMap::new(); // the earliest op of each External id
     for i in 0..c.name.len() {
-        let (Some(id), Some(ts)) = (at(&c.external_id, i), at(&c.ts_ns, i)) else { continue };
+        let (Some(id), Some(ts)) = (at(&c.external_id, i), at(&c.ts_ns, i)) else {
+            continue;
+        };
         if !slot.contains_key(&Some(id)) {
             continue;
         }
@@ -477,13 +567,26 @@ pub fn op_flops(x: &Inputs) -> Columns {
         });
     }
     rows.sort_by(|a, b| {
-        let key = |r: &OpRow| (r.ts_ns.is_none(), r.ts_ns, r.external_id.is_none(), r.external_id, r.name.is_none(), r.name.clone());
+        let key = |r: &OpRow| {
+            (
+                r.ts_ns.is_none(),
+                r.ts_ns,
+                r.external_id.is_none(),
+                r.external_id,
+                r.name.is_none(),
+                r.name.clone(),
+            )
+        };
         key(a).cmp(&key(b))
     });
     let steps = &x.steps;
     Columns::default()
         .i32("rank", rows.iter().map(|_| Some(x.rank)))
-        .i64("step", rows.iter().map(|r| steps.holding(r.ts_ns).or(r.kernel_step)))
+        .i64(
+            "step",
+            rows.iter()
+                .map(|r| steps.holding(r.ts_ns).or(r.kernel_step)),
+        )
         .i64("ts_ns", rows.iter().map(|r| r.ts_ns))
         .i64("dur_ns", rows.iter().map(|r| r.dur_ns))
         .text("name", rows.iter().map(|r| r.name.as_deref()))

@@ -33,15 +33,23 @@ pub fn busy_intervals(x: &Inputs) -> Vec<Busy> {
         if k.counters.is_valid(i) {
             continue;
         }
-        let (Some(ts), Some(end)) = (at(&k.ts_ns, i), at(&k.end_ns, i)) else { continue };
+        let (Some(ts), Some(end)) = (at(&k.ts_ns, i), at(&k.end_ns, i)) else {
+            continue;
+        };
         // the last step starting at or before the start, and the last one starting before the end
         let lo = steps.starting_by(ts);
         let hi = steps.ts_ns.partition_point(|&s| s < end).checked_sub(1);
         let held: Vec<usize> = match (lo, hi) {
             (Some(l), Some(h)) if l == h => {
-                if ts < steps.end_ns[l] { vec![l] } else { vec![] }
+                if ts < steps.end_ns[l] {
+                    vec![l]
+                } else {
+                    vec![]
+                }
             }
-            (_, Some(_)) => (0..steps.len()).filter(|&s| ts < steps.end_ns[s] && end > steps.ts_ns[s]).collect(),
+            (_, Some(_)) => (0..steps.len())
+                .filter(|&s| ts < steps.end_ns[s] && end > steps.ts_ns[s])
+                .collect(),
             _ => vec![],
         };
         let kind = text_at(&k.kind, i);
@@ -53,7 +61,9 @@ pub fn busy_intervals(x: &Inputs) -> Vec<Busy> {
             }
             for (c, class) in CLASSES.iter().enumerate() {
                 if c == 0 || kind == Some(class) {
-                    work.entry((steps.step[s], device, c)).or_default().push((a, b));
+                    work.entry((steps.step[s], device, c))
+                        .or_default()
+                        .push((a, b));
                 }
             }
         }
@@ -61,7 +71,13 @@ pub fn busy_intervals(x: &Inputs) -> Vec<Busy> {
     let mut out = Vec::new();
     for ((step, device, c), spans) in work {
         for (ts, end) in merge(spans, 0) {
-            out.push(Busy { step, device, class: CLASSES[c], ts_ns: ts, end_ns: end });
+            out.push(Busy {
+                step,
+                device,
+                class: CLASSES[c],
+                ts_ns: ts,
+                end_ns: end,
+            });
         }
     }
     out
@@ -91,7 +107,12 @@ fn overlap_ns(rows: &[&Interval], phases: &[&str], a: i64, b: i64) -> i128 {
 /// it), comm_wait (the loop is blocked in a host-run collective or send / recv), sync (a host
 /// call waited on the GPU), host_launch (the next work was launched only after the GPU went
 /// idle), other.
-pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[Collective]) -> Columns {
+pub fn idle_gaps(
+    x: &Inputs,
+    busy: &[Busy],
+    phases: &[Interval],
+    collectives: &[Collective],
+) -> Columns {
     let steps = &x.steps;
     let (k, r) = (&x.kernels, &x.runtime);
     // the earliest launch of the work starting at a time on a device
@@ -100,7 +121,9 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
         if k.counters.is_valid(i) {
             continue;
         }
-        let (Some(device), Some(ts)) = (at(&k.device, i), at(&k.ts_ns, i)) else { continue };
+        let (Some(device), Some(ts)) = (at(&k.device, i), at(&k.ts_ns, i)) else {
+            continue;
+        };
         let launch = at(&k.launch_ts_ns, i);
         let e = launches.entry((device, ts)).or_insert(launch);
         *e = match (*e, launch) {
@@ -110,7 +133,10 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
     }
     // host calls that wait for the GPU, by start, with the latest end so far
     let mut syncs: Vec<(i64, i64)> = (0..r.ts_ns.len())
-        .filter(|&i| flag_at(&r.is_sync, i) == Some(true) && text_at(&r.name, i).is_some_and(|n| !n.contains("Query")))
+        .filter(|&i| {
+            flag_at(&r.is_sync, i) == Some(true)
+                && text_at(&r.name, i).is_some_and(|n| !n.contains("Query"))
+        })
         .filter_map(|i| Some((at(&r.ts_ns, i)?, at(&r.end_ns, i)?)))
         .collect();
     syncs.sort_unstable();
@@ -129,7 +155,12 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
     for p in phases {
         by_step.entry(p.step).or_default().push(p);
     }
-    let step_index: HashMap<i64, usize> = steps.step.iter().enumerate().map(|(k, &s)| (s, k)).collect();
+    let step_index: HashMap<i64, usize> = steps
+        .step
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| (s, k))
+        .collect();
     // gaps: (step, device, ts, end)
     let mut gaps: Vec<(i64, Option<i32>, i64, i64)> = Vec::new();
     let mut groups: BTreeMap<(i64, Option<i32>), Vec<&Busy>> = BTreeMap::new();
@@ -137,7 +168,9 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
         groups.entry((b.step, b.device)).or_default().push(b);
     }
     for ((step, device), mut list) in groups {
-        let Some(&s) = step_index.get(&step) else { continue };
+        let Some(&s) = step_index.get(&step) else {
+            continue;
+        };
         list.sort_by_key(|b| b.ts_ns);
         let mut prev_end = steps.ts_ns[s];
         for b in &list {
@@ -147,7 +180,10 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
         gaps.push((step, device, prev_end, steps.end_ns[s]));
     }
     gaps.retain(|g| g.3 > g.2);
-    let (data_pct, comm_pct) = (x.params.gap_data_wait_min_share_pct, x.params.gap_comm_wait_min_share_pct);
+    let (data_pct, comm_pct) = (
+        x.params.gap_data_wait_min_share_pct,
+        x.params.gap_comm_wait_min_share_pct,
+    );
     let empty = Vec::new();
     let rows: Vec<_> = gaps
         .into_iter()
@@ -158,7 +194,11 @@ pub fn idle_gaps(x: &Inputs, busy: &[Busy], phases: &[Interval], collectives: &[
                 let upto = host_runs.partition_point(|c| c.0 < end);
                 host_runs[..upto].iter().any(|c| c.1 > ts)
             };
-            let comm = if host_run { overlap_ns(phases, &["comm_exposed", "pipeline_wait"], ts, end) } else { 0 };
+            let comm = if host_run {
+                overlap_ns(phases, &["comm_exposed", "pipeline_wait"], ts, end)
+            } else {
+                0
+            };
             let next_launch = device.and_then(|d| launches.get(&(d, end)).copied().flatten());
             let synced = {
                 let k = syncs.partition_point(|s| s.0 < end);
@@ -225,11 +265,16 @@ pub fn step_gpu(x: &Inputs, busy: &[Busy]) -> Columns {
         if *class != "communication" || device.is_none() {
             continue;
         }
-        let Some(compute) = by.get(&(*step, *device, "compute")) else { continue };
+        let Some(compute) = by.get(&(*step, *device, "compute")) else {
+            continue;
+        };
         let mut total = 0i128;
         let mut any = false;
         for m in comm {
-            for c in compute.iter().filter(|c| c.ts_ns < m.end_ns && c.end_ns > m.ts_ns) {
+            for c in compute
+                .iter()
+                .filter(|c| c.ts_ns < m.end_ns && c.end_ns > m.ts_ns)
+            {
                 total += (m.end_ns.min(c.end_ns) - m.ts_ns.max(c.ts_ns)) as i128;
                 any = true;
             }
@@ -247,11 +292,26 @@ pub fn step_gpu(x: &Inputs, busy: &[Busy]) -> Columns {
     Columns::default()
         .i32("rank", steps.step.iter().map(|_| Some(x.rank)))
         .i64("step", steps.step.iter().map(|&s| Some(s)))
-        .i64("dur_ns", (0..steps.len()).map(|k| Some(steps.end_ns[k] - steps.ts_ns[k])))
-        .i64("devices", (0..steps.len()).map(|k| row(k).map(|s| s.devices.len() as i64)))
-        .f64("busy_ns", (0..steps.len()).map(|k| per_device(k, row(k).and_then(|s| s.any))))
-        .f64("compute_ns", (0..steps.len()).map(|k| per_device(k, row(k).and_then(|s| s.compute))))
-        .f64("comm_ns", (0..steps.len()).map(|k| per_device(k, row(k).map(|s| s.comm.unwrap_or(0)))))
+        .i64(
+            "dur_ns",
+            (0..steps.len()).map(|k| Some(steps.end_ns[k] - steps.ts_ns[k])),
+        )
+        .i64(
+            "devices",
+            (0..steps.len()).map(|k| row(k).map(|s| s.devices.len() as i64)),
+        )
+        .f64(
+            "busy_ns",
+            (0..steps.len()).map(|k| per_device(k, row(k).and_then(|s| s.any))),
+        )
+        .f64(
+            "compute_ns",
+            (0..steps.len()).map(|k| per_device(k, row(k).and_then(|s| s.compute))),
+        )
+        .f64(
+            "comm_ns",
+            (0..steps.len()).map(|k| per_device(k, row(k).map(|s| s.comm.unwrap_or(0)))),
+        )
         .f64(
             "comm_overlapped_ns",
             (0..steps.len()).map(|k| per_device(k, row(k).map(|s| s.overlap.unwrap_or(0)))),

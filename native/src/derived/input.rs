@@ -6,12 +6,11 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
+use arrow_array::RecordBatchReader;
 use arrow_array::{
     Array, ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
 };
-use arrow_array::RecordBatchReader;
 use arrow_schema::ArrowError;
 use arrow_select::concat::concat_batches;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
@@ -61,10 +60,6 @@ impl Frame {
 
     pub fn len(&self) -> usize {
         self.batch.num_rows()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn column(&self, name: &str) -> Result<&ArrayRef, String> {
@@ -125,7 +120,11 @@ pub struct Steps {
 
 impl Steps {
     pub fn read(dir: &Path) -> Result<Steps, String> {
-        let f = Frame::read(&dir.join("steps.parquet"), &["step", "ts_ns", "end_ns"], None)?;
+        let f = Frame::read(
+            &dir.join("steps.parquet"),
+            &["step", "ts_ns", "end_ns"],
+            None,
+        )?;
         let (step, ts, end) = (f.i64("step")?, f.i64("ts_ns")?, f.i64("end_ns")?);
         let mut rows: Vec<(i64, i64, i64)> = (0..f.len())
             .filter_map(|i| Some((at(&ts, i)?, at(&step, i)?, at(&end, i)?)))
@@ -157,30 +156,5 @@ impl Steps {
     /// The index of step number `step` (steps are unique per rank).
     pub fn index_of(&self, step: i64) -> Option<usize> {
         self.step.iter().position(|&s| s == step)
-    }
-}
-
-/// Strings of a column as small integers, for grouping and ordering (ids in first-seen order;
-/// `order` ranks them by byte order, as DuckDB compares VARCHAR).
-#[derive(Default)]
-pub struct Interner {
-    ids: std::collections::HashMap<Arc<str>, u32>,
-    pub texts: Vec<Arc<str>>,
-}
-
-impl Interner {
-    pub fn id(&mut self, text: &str) -> u32 {
-        if let Some(&id) = self.ids.get(text) {
-            return id;
-        }
-        let id = self.texts.len() as u32;
-        let text: Arc<str> = Arc::from(text);
-        self.texts.push(text.clone());
-        self.ids.insert(text, id);
-        id
-    }
-
-    pub fn get(&self, text: &str) -> Option<u32> {
-        self.ids.get(text).copied()
     }
 }

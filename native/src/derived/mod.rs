@@ -21,8 +21,8 @@ use std::time::Instant;
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, StringArray};
 
 pub use flops::{dtype_class, flop_family};
-pub use input::Steps;
 use input::Frame;
+pub use input::Steps;
 
 /// The tables this stage writes, in order.
 pub const DERIVED: &[&str] = &[
@@ -179,14 +179,34 @@ fn kept_raw_name(name: &str) -> bool {
 
 impl Inputs {
     /// The inputs of the rank whose shard files are in `dir`.
-    pub fn read(dir: &Path, rank: i32, configs: Vec<PgConfig>, params: Params) -> Result<Inputs, String> {
+    pub fn read(
+        dir: &Path,
+        rank: i32,
+        configs: Vec<PgConfig>,
+        params: Params,
+    ) -> Result<Inputs, String> {
         let file = |t: &str| dir.join(format!("{t}.parquet"));
         let c = Frame::read(
             &file("cpu_ops"),
             &[
-                "step", "name", "tid", "ts_ns", "end_ns", "dur_ns", "self_ns", "external_id",
-                "input_dims", "input_type", "collective_name", "in_msg_nelems", "dtype", "pg_name",
-                "pg_desc", "pg_ranks", "collective_seq", "peer_group_rank",
+                "step",
+                "name",
+                "tid",
+                "ts_ns",
+                "end_ns",
+                "dur_ns",
+                "self_ns",
+                "external_id",
+                "input_dims",
+                "input_type",
+                "collective_name",
+                "in_msg_nelems",
+                "dtype",
+                "pg_name",
+                "pg_desc",
+                "pg_ranks",
+                "collective_seq",
+                "peer_group_rank",
             ],
             None,
         )?;
@@ -212,7 +232,18 @@ impl Inputs {
         };
         let a = Frame::read(
             &file("annotations"),
-            &["step", "name", "on_gpu", "tid", "ts_ns", "end_ns", "dur_ns", "self_ns", "input_dims", "input_type"],
+            &[
+                "step",
+                "name",
+                "on_gpu",
+                "tid",
+                "ts_ns",
+                "end_ns",
+                "dur_ns",
+                "self_ns",
+                "input_dims",
+                "input_type",
+            ],
             None,
         )?;
         let annotations = Annotations {
@@ -229,7 +260,15 @@ impl Inputs {
         };
         let r = Frame::read(
             &file("runtime"),
-            &["step", "name", "tid", "ts_ns", "end_ns", "correlation", "is_sync"],
+            &[
+                "step",
+                "name",
+                "tid",
+                "ts_ns",
+                "end_ns",
+                "correlation",
+                "is_sync",
+            ],
             None,
         )?;
         let runtime = Runtime {
@@ -244,9 +283,27 @@ impl Inputs {
         let k = Frame::read(
             &file("kernels"),
             &[
-                "step", "kind", "name", "device", "stream", "ts_ns", "dur_ns", "end_ns", "correlation",
-                "external_id", "launch_ts_ns", "copy_bytes", "collective_name", "in_msg_nelems", "dtype",
-                "pg_name", "pg_desc", "pg_ranks", "collective_seq", "peer_group_rank", "counters",
+                "step",
+                "kind",
+                "name",
+                "device",
+                "stream",
+                "ts_ns",
+                "dur_ns",
+                "end_ns",
+                "correlation",
+                "external_id",
+                "launch_ts_ns",
+                "copy_bytes",
+                "collective_name",
+                "in_msg_nelems",
+                "dtype",
+                "pg_name",
+                "pg_desc",
+                "pg_ranks",
+                "collective_seq",
+                "peer_group_rank",
+                "counters",
             ],
             None,
         )?;
@@ -273,19 +330,39 @@ impl Inputs {
             peer_group_rank: k.i32("peer_group_rank")?,
             counters: k.text("counters")?,
         };
-        let keep: Box<dyn Fn(&arrow_array::RecordBatch) -> Result<BooleanArray, arrow_schema::ArrowError> + Send> =
-            Box::new(|b| {
-                let names = crate::columns::by_name::<StringArray>(b, "name")?;
-                Ok(BooleanArray::from_iter(
-                    (0..b.num_rows()).map(|i| Some(names.is_valid(i) && kept_raw_name(names.value(i)))),
-                ))
-            });
+        let keep: Box<
+            dyn Fn(&arrow_array::RecordBatch) -> Result<BooleanArray, arrow_schema::ArrowError>
+                + Send,
+        > = Box::new(|b| {
+            let names = crate::columns::by_name::<StringArray>(b, "name")?;
+            Ok(BooleanArray::from_iter((0..b.num_rows()).map(|i| {
+                Some(names.is_valid(i) && kept_raw_name(names.value(i)))
+            })))
+        });
         let e = Frame::read(
             &file("raw_events"),
             &[
-                "ph", "cat", "name", "pid", "tid", "ts_ns", "dur_ns", "external_id", "input_dims", "input_type",
-                "other_args", "collective_name", "in_msg_nelems", "out_msg_nelems", "dtype", "addr",
-                "device_type", "device_id", "bytes", "total_allocated_bytes", "total_reserved_bytes",
+                "ph",
+                "cat",
+                "name",
+                "pid",
+                "tid",
+                "ts_ns",
+                "dur_ns",
+                "external_id",
+                "input_dims",
+                "input_type",
+                "other_args",
+                "collective_name",
+                "in_msg_nelems",
+                "out_msg_nelems",
+                "dtype",
+                "addr",
+                "device_type",
+                "device_id",
+                "bytes",
+                "total_allocated_bytes",
+                "total_reserved_bytes",
             ],
             Some((&["name"], keep)),
         )?;
@@ -347,28 +424,59 @@ pub fn derive_tables(
     };
     let x = Inputs::read(dir, rank, configs, params)?;
     lap("inputs", 0, &mut built);
-    let mut write = |columns: out::Columns, table: &'static str, built: &mut Vec<Built>| -> Result<(), String> {
+    let mut write = |columns: out::Columns,
+                     table: &'static str,
+                     built: &mut Vec<Built>|
+     -> Result<(), String> {
         let (_, rows) = columns.write(out, table)?;
         lap(table, rows, built);
         Ok(())
     };
     write(tables::memcpy(&x), "memcpy", &mut built)?;
     let collectives = collectives::collectives(&x);
-    write(collectives::table(rank, &collectives), "collectives", &mut built)?;
-    write(collectives::step_comm(rank, &x.steps, &collectives), "step_comm", &mut built)?;
+    write(
+        collectives::table(rank, &collectives),
+        "collectives",
+        &mut built,
+    )?;
+    write(
+        collectives::step_comm(rank, &x.steps, &collectives),
+        "step_comm",
+        &mut built,
+    )?;
     let main = tables::main_thread(&x);
-    write(tables::main_threads(rank, main.as_deref()), "main_threads", &mut built)?;
+    write(
+        tables::main_threads(rank, main.as_deref()),
+        "main_threads",
+        &mut built,
+    )?;
     write(tables::memory(&x), "memory", &mut built)?;
     write(tables::all_to_all_calls(&x), "all_to_all_calls", &mut built)?;
     write(tables::step_batches(&x), "step_batches", &mut built)?;
     let phases = phases::intervals(&x, main.as_deref(), &collectives);
-    write(phases::intervals_table(&x, &phases), "phase_intervals", &mut built)?;
+    write(
+        phases::intervals_table(&x, &phases),
+        "phase_intervals",
+        &mut built,
+    )?;
     write(phases::step_phases(&x, &phases), "step_phases", &mut built)?;
     let busy = gpu::busy_intervals(&x);
-    write(gpu::busy_table(rank, &busy), "gpu_busy_intervals", &mut built)?;
-    write(gpu::idle_gaps(&x, &busy, &phases, &collectives), "gpu_idle_gaps", &mut built)?;
+    write(
+        gpu::busy_table(rank, &busy),
+        "gpu_busy_intervals",
+        &mut built,
+    )?;
+    write(
+        gpu::idle_gaps(&x, &busy, &phases, &collectives),
+        "gpu_idle_gaps",
+        &mut built,
+    )?;
     write(gpu::step_gpu(&x, &busy), "step_gpu", &mut built)?;
-    write(regions::step_regions(&x, main.as_deref(), &collectives, &busy), "step_regions", &mut built)?;
+    write(
+        regions::step_regions(&x, main.as_deref(), &collectives, &busy),
+        "step_regions",
+        &mut built,
+    )?;
     write(flops::op_flops(&x), "op_flops", &mut built)?;
     Ok(built)
 }

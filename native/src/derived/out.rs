@@ -24,17 +24,29 @@ pub struct Columns {
 
 impl Columns {
     pub fn i32(mut self, name: &str, values: impl IntoIterator<Item = Option<i32>>) -> Self {
-        self.push(name, DataType::Int32, Arc::new(Int32Array::from_iter(values)));
+        self.push(
+            name,
+            DataType::Int32,
+            Arc::new(Int32Array::from_iter(values)),
+        );
         self
     }
 
     pub fn i64(mut self, name: &str, values: impl IntoIterator<Item = Option<i64>>) -> Self {
-        self.push(name, DataType::Int64, Arc::new(Int64Array::from_iter(values)));
+        self.push(
+            name,
+            DataType::Int64,
+            Arc::new(Int64Array::from_iter(values)),
+        );
         self
     }
 
     pub fn f64(mut self, name: &str, values: impl IntoIterator<Item = Option<f64>>) -> Self {
-        self.push(name, DataType::Float64, Arc::new(Float64Array::from_iter(values)));
+        self.push(
+            name,
+            DataType::Float64,
+            Arc::new(Float64Array::from_iter(values)),
+        );
         self
     }
 
@@ -43,12 +55,20 @@ impl Columns {
         name: &str,
         values: impl IntoIterator<Item = Option<S>>,
     ) -> Self {
-        self.push(name, DataType::Utf8, Arc::new(StringArray::from_iter(values)));
+        self.push(
+            name,
+            DataType::Utf8,
+            Arc::new(StringArray::from_iter(values)),
+        );
         self
     }
 
     pub fn flag(mut self, name: &str, values: impl IntoIterator<Item = Option<bool>>) -> Self {
-        self.push(name, DataType::Boolean, Arc::new(BooleanArray::from_iter(values)));
+        self.push(
+            name,
+            DataType::Boolean,
+            Arc::new(BooleanArray::from_iter(values)),
+        );
         self
     }
 

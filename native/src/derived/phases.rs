@@ -110,21 +110,37 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     let (c, a, steps) = (&x.cpu_ops, &x.annotations, &x.steps);
     let mut host: Vec<HostEvent> = Vec::new();
     for i in 0..c.name.len() {
-        let (Some(step), Some(ts), Some(end)) = (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i)) else {
+        let (Some(step), Some(ts), Some(end)) = (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
+        else {
             continue;
         };
         let tid = text_at(&c.tid, i);
-        host.push(HostEvent { step, name: text_at(&c.name, i), ts, end, on_main: tid.is_some() && tid == main, is_op: true });
+        host.push(HostEvent {
+            step,
+            name: text_at(&c.name, i),
+            ts,
+            end,
+            on_main: tid.is_some() && tid == main,
+            is_op: true,
+        });
     }
     for i in 0..a.name.len() {
         if flag_at(&a.on_gpu, i) != Some(false) {
             continue;
         }
-        let (Some(step), Some(ts), Some(end)) = (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i)) else {
+        let (Some(step), Some(ts), Some(end)) = (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i))
+        else {
             continue;
         };
         let tid = text_at(&a.tid, i);
-        host.push(HostEvent { step, name: text_at(&a.name, i), ts, end, on_main: tid.is_some() && tid == main, is_op: false });
+        host.push(HostEvent {
+            step,
+            name: text_at(&a.name, i),
+            ts,
+            end,
+            on_main: tid.is_some() && tid == main,
+            is_op: false,
+        });
     }
     // (step, priority, ts, end)
     let mut marks: Vec<(i64, u8, i64, i64)> = Vec::new();
@@ -138,8 +154,10 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         }
         let label = if h.on_main
             && h.is_op
-            && matches!(name, "c10d::send" | "c10d::recv_" | "c10d::recv_any_source_" | "nccl:send" | "nccl:recv")
-        {
+            && matches!(
+                name,
+                "c10d::send" | "c10d::recv_" | "c10d::recv_any_source_" | "nccl:send" | "nccl:recv"
+            ) {
             Some("p2p_call")
         } else if h.on_main
             && h.is_op
@@ -155,7 +173,8 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         } else if name.starts_with("Optimizer.step#") || like_prefix(name, "Optimizer.zero_grad#") {
             Some("optimizer")
         } else if h.is_op
-            && (like_prefix(name, "autograd::engine::evaluate_function:") || backward_name.is_match(name))
+            && (like_prefix(name, "autograd::engine::evaluate_function:")
+                || backward_name.is_match(name))
         {
             Some("backward")
         } else {
@@ -175,14 +194,21 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     }
     for h in unlabelled {
         let forward = last_backward.get(&h.step).is_none_or(|&lb| h.ts < lb);
-        marks.push((h.step, mark(if forward { "forward" } else { "host_other" }), h.ts, h.end));
+        marks.push((
+            h.step,
+            mark(if forward { "forward" } else { "host_other" }),
+            h.ts,
+            h.end,
+        ));
     }
     // h2d: the loop's runtime calls that queued a host-to-device copy, and the tensor-copy ops
     // of the loop around them
     let (r, k) = (&x.runtime, &x.kernels);
     let mut copies: HashMap<i64, usize> = HashMap::new();
     for i in 0..k.kind.len() {
-        if text_at(&k.kind, i) == Some("memcpy") && text_at(&k.name, i).is_some_and(|n| n.contains("HtoD")) {
+        if text_at(&k.kind, i) == Some("memcpy")
+            && text_at(&k.name, i).is_some_and(|n| n.contains("HtoD"))
+        {
             if let Some(corr) = at(&k.correlation, i) {
                 *copies.entry(corr).or_default() += 1;
             }
@@ -194,9 +220,12 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         if tid.is_none() || tid != main {
             continue;
         }
-        let (Some(step), Some(ts), Some(end), Some(corr)) =
-            (at(&r.step, i), at(&r.ts_ns, i), at(&r.end_ns, i), at(&r.correlation, i))
-        else {
+        let (Some(step), Some(ts), Some(end), Some(corr)) = (
+            at(&r.step, i),
+            at(&r.ts_ns, i),
+            at(&r.end_ns, i),
+            at(&r.correlation, i),
+        ) else {
             continue;
         };
         if copies.contains_key(&corr) {
@@ -218,9 +247,15 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         if !h.on_main || !matches!(h.name, Some("aten::to" | "aten::_to_copy" | "aten::copy_")) {
             continue;
         }
-        let Some(calls) = calls_of_step.get(&h.step) else { continue };
+        let Some(calls) = calls_of_step.get(&h.step) else {
+            continue;
+        };
         let from = calls.partition_point(|c| c.0 < h.ts);
-        if calls[from..].iter().take_while(|c| c.0 <= h.end).any(|c| c.1 <= h.end) {
+        if calls[from..]
+            .iter()
+            .take_while(|c| c.0 <= h.end)
+            .any(|c| c.1 <= h.end)
+        {
             marks.push((h.step, h2d, h.ts, h.end));
         }
     }
@@ -237,10 +272,25 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     let tol = x.params.phase_merge_tolerance_ns;
     for col in collectives {
         let Some(step) = col.step else { continue };
-        marks.push((step, mark(if col.is_p2p() { "p2p_inflight" } else { "inflight" }), col.ts_ns, col.end_ns));
-        let Some(call_end) = col.call_end_ns else { continue };
+        marks.push((
+            step,
+            mark(if col.is_p2p() {
+                "p2p_inflight"
+            } else {
+                "inflight"
+            }),
+            col.ts_ns,
+            col.end_ns,
+        ));
+        let Some(call_end) = col.call_end_ns else {
+            continue;
+        };
         let on_main = col.call_tid.is_some() && col.call_tid.as_deref() == main;
-        if !on_main || col.source != "gloo_annotation" || col.kind != "collective" || col.end_ns <= call_end {
+        if !on_main
+            || col.source != "gloo_annotation"
+            || col.kind != "collective"
+            || col.end_ns <= call_end
+        {
             continue;
         }
         // what the loop started during the span (its start counts as busy: the call just ended)
@@ -248,7 +298,12 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         let mut busy = vec![(w_ts, w_ts)];
         if let Some(ops) = loop_ops.get(&step) {
             let from = ops.partition_point(|o| o.0 <= w_ts);
-            busy.extend(ops[from..].iter().take_while(|o| o.0 < w_end).map(|o| (o.0, o.1.min(w_end))));
+            busy.extend(
+                ops[from..]
+                    .iter()
+                    .take_while(|o| o.0 < w_end)
+                    .map(|o| (o.0, o.1.min(w_end))),
+            );
         }
         let runs = merge(busy, tol);
         for (j, run) in runs.iter().enumerate() {
@@ -277,11 +332,19 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
                 }
             }
             for (p, spans) in per_mark.into_iter().enumerate() {
-                let t = if matches!(MARKS[p], "forward" | "backward") { tol } else { 0 };
+                let t = if matches!(MARKS[p], "forward" | "backward") {
+                    tol
+                } else {
+                    0
+                };
                 runs.extend(merge(spans, t).into_iter().map(|(a, b)| (a, b, p as u8)));
             }
         }
-        let mut bounds: Vec<i64> = runs.iter().flat_map(|r| [r.0, r.1]).chain([s_ts, s_end]).collect();
+        let mut bounds: Vec<i64> = runs
+            .iter()
+            .flat_map(|r| [r.0, r.1])
+            .chain([s_ts, s_end])
+            .collect();
         bounds.sort_unstable();
         bounds.dedup();
         // a sweep: runs open at each bound, counted per priority
@@ -309,7 +372,13 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
                     if let Some(done) = current.take() {
                         out.push(done);
                     }
-                    current = Some(Interval { step, phase, ts_ns: t, end_ns: next, idle });
+                    current = Some(Interval {
+                        step,
+                        phase,
+                        ts_ns: t,
+                        end_ns: next,
+                        idle,
+                    });
                 }
             }
         }
@@ -321,7 +390,13 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
 }
 
 pub fn intervals_table(x: &Inputs, rows: &[Interval]) -> Columns {
-    let step_ts: HashMap<i64, i64> = x.steps.step.iter().copied().zip(x.steps.ts_ns.iter().copied()).collect();
+    let step_ts: HashMap<i64, i64> = x
+        .steps
+        .step
+        .iter()
+        .copied()
+        .zip(x.steps.ts_ns.iter().copied())
+        .collect();
     Columns::default()
         .i32("rank", rows.iter().map(|_| Some(x.rank)))
         .i64("step", rows.iter().map(|r| Some(r.step)))
@@ -329,7 +404,10 @@ pub fn intervals_table(x: &Inputs, rows: &[Interval]) -> Columns {
         .i64("ts_ns", rows.iter().map(|r| Some(r.ts_ns)))
         .i64("end_ns", rows.iter().map(|r| Some(r.end_ns)))
         .i64("dur_ns", rows.iter().map(|r| Some(r.end_ns - r.ts_ns)))
-        .i64("start_rel_ns", rows.iter().map(|r| Some(r.ts_ns - step_ts[&r.step])))
+        .i64(
+            "start_rel_ns",
+            rows.iter().map(|r| Some(r.ts_ns - step_ts[&r.step])),
+        )
         .flag("idle", rows.iter().map(|r| Some(r.idle)))
 }
 
@@ -337,7 +415,12 @@ pub fn intervals_table(x: &Inputs, rows: &[Interval]) -> Columns {
 /// part of `other`.
 pub fn step_phases(x: &Inputs, rows: &[Interval]) -> Columns {
     let steps = &x.steps;
-    let index: HashMap<i64, usize> = steps.step.iter().enumerate().map(|(k, &s)| (s, k)).collect();
+    let index: HashMap<i64, usize> = steps
+        .step
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| (s, k))
+        .collect();
     let mut sums = vec![[0i128; 9]; steps.len()];
     for r in rows {
         let k = index[&r.step];
@@ -348,11 +431,18 @@ pub fn step_phases(x: &Inputs, rows: &[Interval]) -> Columns {
             sums[k][8] += d;
         }
     }
-    let col = |j: usize| sums.iter().map(move |s| Some(s[j] as f64)).collect::<Vec<_>>();
+    let col = |j: usize| {
+        sums.iter()
+            .map(move |s| Some(s[j] as f64))
+            .collect::<Vec<_>>()
+    };
     let mut t = Columns::default()
         .i32("rank", steps.step.iter().map(|_| Some(x.rank)))
         .i64("step", steps.step.iter().map(|&s| Some(s)))
-        .i64("dur_ns", (0..steps.len()).map(|k| Some(steps.end_ns[k] - steps.ts_ns[k])));
+        .i64(
+            "dur_ns",
+            (0..steps.len()).map(|k| Some(steps.end_ns[k] - steps.ts_ns[k])),
+        );
     for (j, p) in PHASES.iter().enumerate() {
         t = t.f64(&format!("{p}_ns"), col(j));
     }

@@ -28,7 +28,12 @@ fn busy_until(busy: &[(i64, i64, i128)], t: i64) -> i128 {
     }
 }
 
-pub fn step_regions(x: &Inputs, main: Option<&str>, collectives: &[Collective], gpu: &[Busy]) -> Columns {
+pub fn step_regions(
+    x: &Inputs,
+    main: Option<&str>,
+    collectives: &[Collective],
+    gpu: &[Busy],
+) -> Columns {
     let (c, a, r) = (&x.cpu_ops, &x.annotations, &x.runtime);
     let on_main = |tid: Option<&str>| tid.is_some() && tid == main;
     // what keeps the thread (or the rank's devices) busy, merged
@@ -44,7 +49,11 @@ pub fn step_regions(x: &Inputs, main: Option<&str>, collectives: &[Collective], 
         }
     }
     work.extend(collectives.iter().map(|c| (c.ts_ns, c.end_ns)));
-    work.extend(gpu.iter().filter(|b| b.class == "any").map(|b| (b.ts_ns, b.end_ns)));
+    work.extend(
+        gpu.iter()
+            .filter(|b| b.class == "any")
+            .map(|b| (b.ts_ns, b.end_ns)),
+    );
     work.retain(|w| w.1 > w.0);
     let mut before = 0i128;
     let busy: Vec<(i64, i64, i128)> = merge(work, 0)
@@ -59,8 +68,14 @@ pub fn step_regions(x: &Inputs, main: Option<&str>, collectives: &[Collective], 
     // (step, kind, name) -> (calls, time, self, idle)
     let mut rows: BTreeMap<(i64, &str, &str), (i64, i128, i128, i128)> = BTreeMap::new();
     for i in 0..c.name.len() {
-        let (Some(step), Some(name)) = (at(&c.step, i), text_at(&c.name, i)) else { continue };
-        if !on_main(text_at(&c.tid, i)) || name.starts_with("c10d::") || name == "record_param_comms" || is_comm(name) {
+        let (Some(step), Some(name)) = (at(&c.step, i), text_at(&c.name, i)) else {
+            continue;
+        };
+        if !on_main(text_at(&c.tid, i))
+            || name.starts_with("c10d::")
+            || name == "record_param_comms"
+            || is_comm(name)
+        {
             continue;
         }
         let e = rows.entry((step, "op", name)).or_default();
@@ -69,11 +84,17 @@ pub fn step_regions(x: &Inputs, main: Option<&str>, collectives: &[Collective], 
         e.2 += at(&c.self_ns, i).unwrap_or(0) as i128;
     }
     for i in 0..a.name.len() {
-        let (Some(step), Some(name)) = (at(&a.step, i), text_at(&a.name, i)) else { continue };
+        let (Some(step), Some(name)) = (at(&a.step, i), text_at(&a.name, i)) else {
+            continue;
+        };
         if flag_at(&a.on_gpu, i) != Some(false) || !on_main(text_at(&a.tid, i)) || is_comm(name) {
             continue;
         }
-        let (Some(ts), Some(end), Some(dur)) = (at(&a.ts_ns, i), at(&a.end_ns, i), at(&a.dur_ns, i)) else { continue };
+        let (Some(ts), Some(end), Some(dur)) =
+            (at(&a.ts_ns, i), at(&a.end_ns, i), at(&a.dur_ns, i))
+        else {
+            continue;
+        };
         let busy_ns = busy_until(&busy, end) - busy_until(&busy, ts);
         let e = rows.entry((step, "annotation", name)).or_default();
         e.0 += 1;

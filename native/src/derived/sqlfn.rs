@@ -75,7 +75,10 @@ pub fn collective_op(raw: Option<&str>) -> Option<String> {
 pub fn dtype_bytes(dtype: Option<&str>) -> Option<i64> {
     // (the prefix is stripped as written, then the rest lowered: 'C10::Float' is unknown)
     let d = dtype.unwrap_or("");
-    let d = ["c10::", "at::"].iter().find_map(|p| d.strip_prefix(p)).unwrap_or(d);
+    let d = ["c10::", "at::"]
+        .iter()
+        .find_map(|p| d.strip_prefix(p))
+        .unwrap_or(d);
     match lower(d).as_str() {
         "double" | "long int" | "long" | "int64" => Some(8),
         "float" | "int" | "int32" | "float32" => Some(4),
@@ -171,7 +174,10 @@ mod tests {
         let v = json(Some("[[2, 3], [4], [2.5], []]"));
         assert_eq!(element(&v, 0).and_then(int_list), Some(vec![2, 3]));
         assert_eq!(element(&v, 2).and_then(int_list), None);
-        assert_eq!(element(&v, 3).and_then(int_list).and_then(|d| product(&d)), None);
+        assert_eq!(
+            element(&v, 3).and_then(int_list).and_then(|d| product(&d)),
+            None
+        );
         assert_eq!(product(&[i64::MAX, 2]), None);
     }
 }

@@ -7,7 +7,9 @@ use arrow_array::Array;
 
 use super::input::{at, flag_at, text_at};
 use super::out::Columns;
-use super::sqlfn::{as_text, collective_op, dtype_bytes, element, int_list, json, json_int, product};
+use super::sqlfn::{
+    as_text, collective_op, dtype_bytes, element, int_list, json, json_int, product,
+};
 use super::Inputs;
 
 pub use super::flops::flop_family;
@@ -74,7 +76,10 @@ pub fn main_thread(x: &Inputs) -> Option<String> {
     let first = |counts: Vec<(Option<&str>, i128)>| -> Option<Option<String>> {
         counts
             .into_iter()
-            .min_by(|a, b| b.1.cmp(&a.1).then((a.0.is_none(), a.0).cmp(&(b.0.is_none(), b.0))))
+            .min_by(|a, b| {
+                b.1.cmp(&a.1)
+                    .then((a.0.is_none(), a.0).cmp(&(b.0.is_none(), b.0)))
+            })
             .map(|(tid, _)| tid.map(str::to_owned))
     };
     let marked = first(marks.into_iter().map(|(t, n)| (t, n as i128)).collect()).flatten();
@@ -108,7 +113,10 @@ pub fn memory(x: &Inputs) -> Columns {
     // bytes: args.Bytes, else Total Allocated less the device's previous event's
     let mut by_device: HashMap<(Option<i32>, Option<i32>), Vec<usize>> = HashMap::new();
     for (k, &i) in rows.iter().enumerate() {
-        by_device.entry((at(&e.device_type, i), at(&e.device_id, i))).or_default().push(k);
+        by_device
+            .entry((at(&e.device_type, i), at(&e.device_id, i)))
+            .or_default()
+            .push(k);
     }
     let mut bytes: Vec<Option<i64>> = rows.iter().map(|&i| at(&e.bytes, i)).collect();
     for members in by_device.values_mut() {
@@ -126,7 +134,11 @@ pub fn memory(x: &Inputs) -> Columns {
     let mut by_addr: HashMap<(Option<i32>, Option<i32>, Option<&str>), Vec<usize>> = HashMap::new();
     for (k, &i) in rows.iter().enumerate() {
         by_addr
-            .entry((at(&e.device_type, i), at(&e.device_id, i), text_at(&e.addr, i)))
+            .entry((
+                at(&e.device_type, i),
+                at(&e.device_id, i),
+                text_at(&e.addr, i),
+            ))
             .or_default()
             .push(k);
     }
@@ -141,18 +153,28 @@ pub fn memory(x: &Inputs) -> Columns {
     let mut calls: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     let c = &x.cpu_ops;
     for i in 0..c.name.len() {
-        let Some(name) = text_at(&c.name, i) else { continue };
+        let Some(name) = text_at(&c.name, i) else {
+            continue;
+        };
         if name.starts_with("c10d::") || name == "record_param_comms" {
-            if let (Some(tid), Some(t), Some(end)) = (text_at(&c.tid, i), at(&c.ts_ns, i), at(&c.end_ns, i)) {
+            if let (Some(tid), Some(t), Some(end)) =
+                (text_at(&c.tid, i), at(&c.ts_ns, i), at(&c.end_ns, i))
+            {
                 calls.entry(tid).or_default().push((t, end));
             }
         }
     }
     let a = &x.annotations;
     for i in 0..a.name.len() {
-        let Some(name) = text_at(&a.name, i) else { continue };
-        if flag_at(&a.on_gpu, i) == Some(false) && (name.starts_with("gloo:") || name.starts_with("nccl:")) {
-            if let (Some(tid), Some(t), Some(end)) = (text_at(&a.tid, i), at(&a.ts_ns, i), at(&a.end_ns, i)) {
+        let Some(name) = text_at(&a.name, i) else {
+            continue;
+        };
+        if flag_at(&a.on_gpu, i) == Some(false)
+            && (name.starts_with("gloo:") || name.starts_with("nccl:"))
+        {
+            if let (Some(tid), Some(t), Some(end)) =
+                (text_at(&a.tid, i), at(&a.ts_ns, i), at(&a.end_ns, i))
+            {
                 calls.entry(tid).or_default().push((t, end));
             }
         }
@@ -166,14 +188,21 @@ pub fn memory(x: &Inputs) -> Columns {
         }
     }
     let in_call = |i: usize| {
-        let (Some(tid), t) = (text_at(&e.tid, i), ts(i)) else { return false };
-        let Some(spans) = calls.get(tid) else { return false };
+        let (Some(tid), t) = (text_at(&e.tid, i), ts(i)) else {
+            return false;
+        };
+        let Some(spans) = calls.get(tid) else {
+            return false;
+        };
         let k = spans.partition_point(|s| s.0 <= t);
         k > 0 && t <= spans[k - 1].1
     };
     Columns::default()
         .i32("rank", rows.iter().map(|_| Some(x.rank)))
-        .i64("step", rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))))
+        .i64(
+            "step",
+            rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))),
+        )
         .i64("ts_ns", rows.iter().map(|&i| at(&e.ts_ns, i)))
         .text(
             "device_kind",
@@ -190,8 +219,14 @@ pub fn memory(x: &Inputs) -> Columns {
         .text("tid", rows.iter().map(|&i| text_at(&e.tid, i)))
         .text("addr", rows.iter().map(|&i| text_at(&e.addr, i)))
         .i64("alloc_bytes", bytes.iter().copied())
-        .i64("total_allocated_bytes", rows.iter().map(|&i| at(&e.total_allocated_bytes, i)))
-        .i64("total_reserved_bytes", rows.iter().map(|&i| at(&e.total_reserved_bytes, i)))
+        .i64(
+            "total_allocated_bytes",
+            rows.iter().map(|&i| at(&e.total_allocated_bytes, i)),
+        )
+        .i64(
+            "total_reserved_bytes",
+            rows.iter().map(|&i| at(&e.total_reserved_bytes, i)),
+        )
         .flag("in_collective", rows.iter().map(|&i| Some(in_call(i))))
         .flag(
             "freed_in_trace",
@@ -235,29 +270,51 @@ pub fn all_to_all_calls(x: &Inputs) -> Columns {
                 && match text_at(&e.name, i) {
                     Some(n) if ALL_TO_ALL_CALLS.contains(&n) => true,
                     Some("record_param_comms") => {
-                        collective_op(text_at(&e.collective_name, i)).as_deref() == Some("all_to_all")
+                        collective_op(text_at(&e.collective_name, i)).as_deref()
+                            == Some("all_to_all")
                     }
                     _ => false,
                 }
         })
         .collect();
-    let end = |i: usize| at(&e.ts_ns, i).zip(at(&e.dur_ns, i)).map(|(t, d)| t.saturating_add(d));
+    let end = |i: usize| {
+        at(&e.ts_ns, i)
+            .zip(at(&e.dur_ns, i))
+            .map(|(t, d)| t.saturating_add(d))
+    };
     rows.sort_by(|&a, &b| {
-        (at(&e.ts_ns, a), end(a), text_at(&e.name, a)).cmp(&(at(&e.ts_ns, b), end(b), text_at(&e.name, b)))
+        (at(&e.ts_ns, a), end(a), text_at(&e.name, a)).cmp(&(
+            at(&e.ts_ns, b),
+            end(b),
+            text_at(&e.name, b),
+        ))
     });
     let param = |i: usize| text_at(&e.name, i) == Some("record_param_comms");
     let tensor_bytes = |i: usize, which: usize| {
         let dims = json(text_at(&e.input_dims, i));
         let types = json(text_at(&e.input_type, i));
         let n = product(&element(&dims, which).and_then(int_list)?)?;
-        n.checked_mul(dtype_bytes(element(&types, which).and_then(as_text).as_deref())?)
+        n.checked_mul(dtype_bytes(
+            element(&types, which).and_then(as_text).as_deref(),
+        )?)
     };
-    let nelems_bytes = |n: Option<i64>, i: usize| n?.checked_mul(dtype_bytes(text_at(&e.dtype, i))?);
+    let nelems_bytes =
+        |n: Option<i64>, i: usize| n?.checked_mul(dtype_bytes(text_at(&e.dtype, i))?);
     let send = |i: usize| {
-        if param(i) { nelems_bytes(at(&e.in_msg_nelems, i), i) } else { tensor_bytes(i, 1) }.filter(|b| *b >= 0)
+        if param(i) {
+            nelems_bytes(at(&e.in_msg_nelems, i), i)
+        } else {
+            tensor_bytes(i, 1)
+        }
+        .filter(|b| *b >= 0)
     };
     let recv = |i: usize| {
-        if param(i) { nelems_bytes(at(&e.out_msg_nelems, i), i) } else { tensor_bytes(i, 0) }.filter(|b| *b >= 0)
+        if param(i) {
+            nelems_bytes(at(&e.out_msg_nelems, i), i)
+        } else {
+            tensor_bytes(i, 0)
+        }
+        .filter(|b| *b >= 0)
     };
     let split = |i: usize, key: &str, index: usize| {
         let args = json(text_at(&e.other_args, i))?;
@@ -267,11 +324,18 @@ pub fn all_to_all_calls(x: &Inputs) -> Columns {
             splits(args.get("Concrete Inputs")?.as_array()?.get(index))
         }
     };
-    let send_splits: Vec<Option<Vec<i64>>> = rows.iter().map(|&i| split(i, "In split size", 4)).collect();
-    let recv_splits: Vec<Option<Vec<i64>>> = rows.iter().map(|&i| split(i, "Out split size", 3)).collect();
+    let send_splits: Vec<Option<Vec<i64>>> =
+        rows.iter().map(|&i| split(i, "In split size", 4)).collect();
+    let recv_splits: Vec<Option<Vec<i64>>> = rows
+        .iter()
+        .map(|&i| split(i, "Out split size", 3))
+        .collect();
     Columns::default()
         .i32("rank", rows.iter().map(|_| Some(x.rank)))
-        .i64("step", rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))))
+        .i64(
+            "step",
+            rows.iter().map(|&i| x.steps.holding(at(&e.ts_ns, i))),
+        )
         .text("name", rows.iter().map(|&i| text_at(&e.name, i)))
         .text("tid", rows.iter().map(|&i| text_at(&e.tid, i)))
         .i64("ts_ns", rows.iter().map(|&i| at(&e.ts_ns, i)))
@@ -307,7 +371,13 @@ pub fn step_batches(x: &Inputs) -> Columns {
         for (step, ts, i) in rows {
             let p = pass.entry(step).or_default();
             *p += 1;
-            forwards.push((step, *p, text_at(&a.tid, i), ts, at(&a.end_ns, i).unwrap_or(ts)));
+            forwards.push((
+                step,
+                *p,
+                text_at(&a.tid, i),
+                ts,
+                at(&a.end_ns, i).unwrap_or(ts),
+            ));
         }
     }
     // embedding lookups: the largest ids shape of each (step, pass)
@@ -316,13 +386,17 @@ pub fn step_batches(x: &Inputs) -> Columns {
         if text_at(&c.name, i) != Some("aten::embedding") {
             continue;
         }
-        let (Some(step), Some(ts)) = (at(&c.step, i), at(&c.ts_ns, i)) else { continue };
+        let (Some(step), Some(ts)) = (at(&c.step, i), at(&c.ts_ns, i)) else {
+            continue;
+        };
         let types = json(text_at(&c.input_type, i));
         let ty = element(&types, 1).and_then(as_text);
         if !matches!(ty.as_deref(), Some("long int" | "long" | "int")) {
             continue;
         }
-        let Some(ids) = element(&json(text_at(&c.input_dims, i)), 1).and_then(int_list) else { continue };
+        let Some(ids) = element(&json(text_at(&c.input_dims, i)), 1).and_then(int_list) else {
+            continue;
+        };
         if ids.len() != 2 {
             continue;
         }
@@ -354,7 +428,9 @@ pub fn step_batches(x: &Inputs) -> Columns {
     }
     let mut pass_samples: HashMap<(i64, usize), Option<i64>> = HashMap::new();
     for f in &forwards {
-        let Some(ops) = f.2.and_then(|t| by_thread.get(t)) else { continue };
+        let Some(ops) = f.2.and_then(|t| by_thread.get(t)) else {
+            continue;
+        };
         let from = ops.partition_point(|&i| at(&c.ts_ns, i) < Some(f.3));
         let first = ops[from..]
             .iter()
@@ -379,19 +455,28 @@ pub fn step_batches(x: &Inputs) -> Columns {
     // the DataLoader's per-sample int64 copies: (count, tokens) per step
     let mut collated: HashMap<i64, (i64, Option<i64>)> = HashMap::new();
     for i in 0..a.name.len() {
-        let is_loader = text_at(&a.name, i).is_some_and(|n| n.starts_with("enumerate(DataLoader)#"))
+        let is_loader = text_at(&a.name, i)
+            .is_some_and(|n| n.starts_with("enumerate(DataLoader)#"))
             && flag_at(&a.on_gpu, i) == Some(false);
-        let (Some(step), Some(tid), Some(ts), Some(end)) =
-            (at(&a.step, i), text_at(&a.tid, i), at(&a.ts_ns, i), at(&a.end_ns, i))
-        else {
+        let (Some(step), Some(tid), Some(ts), Some(end)) = (
+            at(&a.step, i),
+            text_at(&a.tid, i),
+            at(&a.ts_ns, i),
+            at(&a.end_ns, i),
+        ) else {
             continue;
         };
         if !is_loader {
             continue;
         }
-        let Some(ops) = by_thread.get(tid) else { continue };
+        let Some(ops) = by_thread.get(tid) else {
+            continue;
+        };
         let from = ops.partition_point(|&o| at(&c.ts_ns, o) < Some(ts));
-        for &o in ops[from..].iter().take_while(|&&o| at(&c.ts_ns, o) < Some(end)) {
+        for &o in ops[from..]
+            .iter()
+            .take_while(|&&o| at(&c.ts_ns, o) < Some(end))
+        {
             if text_at(&c.name, o) != Some("aten::copy_") {
                 continue;
             }
@@ -400,7 +485,9 @@ pub fn step_batches(x: &Inputs) -> Columns {
                 continue;
             }
             let dims = json(text_at(&c.input_dims, o));
-            let Some(first) = element(&dims, 0).and_then(|v| v.as_array()) else { continue };
+            let Some(first) = element(&dims, 0).and_then(|v| v.as_array()) else {
+                continue;
+            };
             if first.len() != 1 {
                 continue;
             }
@@ -432,14 +519,20 @@ pub fn step_batches(x: &Inputs) -> Columns {
         .i64("step", steps.step.iter().map(|&s| Some(s)))
         .i64(
             "samples",
-            (0..n).map(|k| ids(k).map(|t| t.0).or_else(|| by_inputs.get(&steps.step[k]).copied())),
+            (0..n).map(|k| {
+                ids(k)
+                    .map(|t| t.0)
+                    .or_else(|| by_inputs.get(&steps.step[k]).copied())
+            }),
         )
         .i64("tokens", (0..n).map(|k| ids(k).map(|t| t.1)))
         .i64(
             "real_tokens",
             (0..n).map(|k| {
                 let (count, tokens) = collated.get(&steps.step[k])?;
-                (Some(*count) == ids(k).map(|t| t.0)).then_some(*tokens).flatten()
+                (Some(*count) == ids(k).map(|t| t.0))
+                    .then_some(*tokens)
+                    .flatten()
             }),
         )
         .i64("max_seq_len", (0..n).map(|k| ids(k).map(|t| t.2)))
