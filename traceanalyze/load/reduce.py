@@ -25,10 +25,12 @@ from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_curr
 from traceanalyze.load.verify import ShardProblem, verify_shards
 
 # a shard set up to this size (Parquet bytes, all ranks) is copied into trace.duckdb. Copying
-# costs DuckDB about 0.3 CPU s per MB of Parquet (it decodes and recompresses every row: a
-# 500 MB trace's 29 MB shard took 8 CPU s and 860 MB of RAM, against 0.6 s as views), so
-# only jobs up to about 130 MB of JSON get a self-contained file.
-MATERIALIZE_MAX_BYTES = 8 << 20
+# costs DuckDB 0.15-0.3 CPU s per MB of Parquet (it decodes and recompresses every row: a
+# 500 MB trace's 29 MB shard took 8 CPU s and 860 MB of RAM, against 0.6 s as views) and buys
+# the analysis nothing (the 200 MB CPU trace's 8 MB shard: 1.3 CPU s to copy; analyzed over
+# views in 3.0 CPU s instead of 4.0), so only jobs up to about 50 MB of JSON get a
+# self-contained file.
+MATERIALIZE_MAX_BYTES = 2 << 20
 TABLES_ALWAYS_COPIED = ("ranks", "pg_configs", "load_issues")
 
 

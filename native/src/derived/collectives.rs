@@ -21,8 +21,6 @@
 
 use std::collections::HashMap;
 
-use arrow_array::Array;
-
 use super::input::{at, text_at, Steps};
 use super::out::Columns;
 use super::sqlfn::{collective_op, dtype_bytes, element, int_list, json, product};
@@ -80,12 +78,19 @@ impl Collective {
 /// The NCCL / RCCL kernels' rows (priority 1).
 fn from_kernels(x: &Inputs) -> Vec<Collective> {
     let (k, r) = (&x.kernels, &x.runtime);
+    let comm: std::collections::HashSet<i64> = (0..k.kind.len())
+        .filter(|&i| text_at(&k.kind, i) == Some("communication"))
+        .filter_map(|i| at(&k.correlation, i))
+        .collect();
     // the launching call of each correlation: the earliest by (start, thread; NULL last)
     let mut calls: HashMap<i64, (i64, Option<&str>, Option<i64>)> = HashMap::new();
     for i in 0..r.ts_ns.len() {
         let (Some(c), Some(ts)) = (at(&r.correlation, i), at(&r.ts_ns, i)) else {
             continue;
         };
+        if !comm.contains(&c) {
+            continue;
+        }
         let tid = text_at(&r.tid, i);
         let end = at(&r.end_ns, i);
         let better = |old: &(i64, Option<&str>, Option<i64>)| {

@@ -49,8 +49,6 @@ pub fn flop_family(name: &str) -> Option<&'static str> {
 
 use std::collections::HashMap;
 
-use arrow_array::Array;
-
 use super::input::{at, text_at};
 use super::out::Columns;
 use super::sqlfn::{as_text, dtype_bytes, element, json, json_int};
@@ -332,11 +330,11 @@ pub fn dtype_class(dtype: Option<&str>) -> Option<&'static str> {
     })
 }
 
-struct OpRow {
+struct OpRow<'a> {
     ts_ns: Option<i64>,
     dur_ns: Option<i64>,
-    name: Option<String>,
-    tid: Option<String>,
+    name: Option<&'a str>,
+    tid: Option<&'a str>,
     external_id: Option<i64>,
     family: Option<&'static str>,
     dtype: Option<&'static str>,
@@ -352,7 +350,23 @@ struct OpRow {
 /// on its thread while it ran; and per op that launched compute kernels outside every formula
 /// op (by External id; flops unknown).
 pub fn op_flops(x: &Inputs) -> Columns {
-    let e = &x.raw;
+    // (the host ops are cpu_ops' rows: the raw events' complete cpu_op / Operator events, in the
+    // same order; the convolutions' other args come from the raw events, the n-th such op's)
+    let (e, c) = (&x.raw, &x.cpu_ops);
+    let conv =
+        |name: Option<&str>| matches!(name.and_then(flop_family), Some("conv" | "conv_backward"));
+    let raw_conv: Vec<usize> = (0..e.name.len())
+        .filter(|&i| super::tables::is_host_op(x, i) && conv(text_at(&e.name, i)))
+        .collect();
+    let mut args_row: HashMap<usize, usize> = HashMap::new();
+    let mut next_raw = raw_conv.iter();
+    for i in 0..c.name.len() {
+        if conv(text_at(&c.name, i)) {
+            if let Some(&r) = next_raw.next() {
+                args_row.insert(i, r);
+            }
+        }
+    }
     // the formula ops, in (start, end desc, tid, pid, external id, name) order
     struct Op {
         row: usize,
@@ -360,32 +374,33 @@ pub fn op_flops(x: &Inputs) -> Columns {
         ts: i64,
         end: i64,
     }
-    let mut ops: Vec<Op> = (0..e.name.len())
-        .filter(|&i| super::tables::is_host_op(x, i))
+    let mut ops: Vec<Op> = (0..c.name.len())
         .filter_map(|i| {
-            let family = flop_family(text_at(&e.name, i)?)?;
-            let ts = at(&e.ts_ns, i)?;
+            let family = flop_family(text_at(&c.name, i)?)?;
+            let ts = at(&c.ts_ns, i)?;
             Some(Op {
                 row: i,
                 family,
                 ts,
-                end: ts.saturating_add(at(&e.dur_ns, i)?),
+                end: ts.saturating_add(at(&c.dur_ns, i)?),
             })
         })
         .collect();
-    let last = |v: Option<&str>| (v.is_none(), v.map(str::to_owned));
+    fn last(v: Option<&str>) -> (bool, Option<&str>) {
+        (v.is_none(), v)
+    }
     ops.sort_by(|a, b| {
         let key = |o: &Op| {
             (
                 o.ts,
                 std::cmp::Reverse(o.end),
-                last(text_at(&e.tid, o.row)),
-                last(text_at(&e.pid, o.row)),
+                last(text_at(&c.tid, o.row)),
+                last(text_at(&c.pid, o.row)),
                 (
-                    at(&e.external_id, o.row).is_none(),
-                    at(&e.external_id, o.row),
+                    at(&c.external_id, o.row).is_none(),
+                    at(&c.external_id, o.row),
                 ),
-                last(text_at(&e.name, o.row)),
+                last(text_at(&c.name, o.row)),
                 o.row,
             )
         };
@@ -395,7 +410,7 @@ pub fn op_flops(x: &Inputs) -> Columns {
     let mut reach: HashMap<(Option<&str>, Option<&str>), i64> = HashMap::new();
     let mut outer: Vec<&Op> = Vec::new();
     for o in &ops {
-        let key = (text_at(&e.pid, o.row), text_at(&e.tid, o.row));
+        let key = (text_at(&c.pid, o.row), text_at(&c.tid, o.row));
         let before = reach.get(&key).copied();
         if before.is_none_or(|b| b < o.end) {
             outer.push(o);
@@ -405,33 +420,44 @@ pub fn op_flops(x: &Inputs) -> Columns {
     }
     // compute kernels with their launching call's thread and start (the min of each by correlation)
     let r = &x.runtime;
-    let mut calls: HashMap<i64, (Option<String>, i64)> = HashMap::new();
+    let k = &x.kernels;
+    let compute: Vec<usize> = (0..k.kind.len())
+        .filter(|&i| text_at(&k.kind, i) == Some("compute"))
+        .collect();
+    let wanted: std::collections::HashSet<i64> = compute
+        .iter()
+        .filter_map(|&i| at(&k.correlation, i))
+        .collect();
+    // the launching calls of those: by correlation, the smallest thread and the earliest start
+    let mut calls: HashMap<i64, (Option<&str>, i64)> = HashMap::with_capacity(wanted.len());
     for i in 0..r.ts_ns.len() {
         let (Some(c), Some(ts)) = (at(&r.correlation, i), at(&r.ts_ns, i)) else {
             continue;
         };
+        if !wanted.contains(&c) {
+            continue;
+        }
         let tid = text_at(&r.tid, i);
-        let entry = calls.entry(c).or_insert((tid.map(str::to_owned), ts));
+        let entry = calls.entry(c).or_insert((tid, ts));
         if let Some(t) = tid {
-            if entry.0.as_deref().is_none_or(|old| t < old) {
-                entry.0 = Some(t.to_owned());
+            if entry.0.is_none_or(|old| t < old) {
+                entry.0 = Some(t);
             }
         }
         entry.1 = entry.1.min(ts);
     }
-    let k = &x.kernels;
     // (kernel row, its launching thread, launch start)
-    let launches: Vec<(usize, Option<String>, i64)> = (0..k.kind.len())
-        .filter(|&i| text_at(&k.kind, i) == Some("compute"))
-        .filter_map(|i| {
+    let launches: Vec<(usize, Option<&str>, i64)> = compute
+        .iter()
+        .filter_map(|&i| {
             let call = calls.get(&at(&k.correlation, i)?)?;
-            Some((i, call.0.clone(), call.1))
+            Some((i, call.0, call.1))
         })
         .collect();
     // the outer ops of each thread, in runs of overlapping (or touching) ones
     let mut by_thread: HashMap<&str, Vec<usize>> = HashMap::new();
     for (n, o) in outer.iter().enumerate() {
-        if let Some(t) = text_at(&e.tid, o.row) {
+        if let Some(t) = text_at(&c.tid, o.row) {
             by_thread.entry(t).or_default().push(n);
         }
     }
@@ -478,9 +504,12 @@ pub fn op_flops(x: &Inputs) -> Columns {
         .enumerate()
         .map(|(n, o)| {
             let i = o.row;
-            let dims = json(text_at(&e.input_dims, i));
-            let types = json(text_at(&e.input_type, i));
-            let args = json(text_at(&e.other_args, i));
+            let dims = json(text_at(&c.input_dims, i));
+            let types = json(text_at(&c.input_type, i));
+            // (other args only where a formula reads them: the convolutions' Concrete Inputs)
+            let args = args_row
+                .get(&i)
+                .and_then(|&r| json(text_at(&e.other_args, r)));
             let d = [
                 dims_at(&dims, 0),
                 dims_at(&dims, 1),
@@ -488,7 +517,7 @@ pub fn op_flops(x: &Inputs) -> Columns {
                 dims_at(&dims, 3),
             ];
             let type_at = |j: usize| element(&types, j).and_then(as_text);
-            let name = text_at(&e.name, i).unwrap_or("");
+            let name = text_at(&c.name, i).unwrap_or("");
             let size = dtype_bytes(
                 type_at(if matches!(o.family, "addmm" | "baddbmm") {
                     1
@@ -499,10 +528,10 @@ pub fn op_flops(x: &Inputs) -> Columns {
             );
             OpRow {
                 ts_ns: Some(o.ts),
-                dur_ns: at(&e.dur_ns, i),
-                name: text_at(&e.name, i).map(str::to_owned),
-                tid: text_at(&e.tid, i).map(str::to_owned),
-                external_id: at(&e.external_id, i),
+                dur_ns: at(&c.dur_ns, i),
+                name: text_at(&c.name, i),
+                tid: text_at(&c.tid, i),
+                external_id: at(&c.external_id, i),
                 family: Some(o.family),
                 dtype: (0..3).find_map(|j| dtype_class(type_at(j).as_deref())),
                 flops: to_i64(flops_of(o.family, name, &d, &args)),
@@ -554,8 +583,8 @@ pub fn op_flops(x: &Inputs) -> Columns {
         rows.push(OpRow {
             ts_ns: op.and_then(|i| at(&c.ts_ns, i)),
             dur_ns: op.and_then(|i| at(&c.dur_ns, i)),
-            name: op.and_then(|i| text_at(&c.name, i)).map(str::to_owned),
-            tid: op.and_then(|i| text_at(&c.tid, i)).map(str::to_owned),
+            name: op.and_then(|i| text_at(&c.name, i)),
+            tid: op.and_then(|i| text_at(&c.tid, i)),
             external_id: id,
             family: None,
             dtype: None,
@@ -566,19 +595,17 @@ pub fn op_flops(x: &Inputs) -> Columns {
             kernel_step: step,
         });
     }
-    rows.sort_by(|a, b| {
-        let key = |r: &OpRow| {
-            (
-                r.ts_ns.is_none(),
-                r.ts_ns,
-                r.external_id.is_none(),
-                r.external_id,
-                r.name.is_none(),
-                r.name.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
+    fn order<'a>(r: &OpRow<'a>) -> (bool, Option<i64>, bool, Option<i64>, bool, Option<&'a str>) {
+        (
+            r.ts_ns.is_none(),
+            r.ts_ns,
+            r.external_id.is_none(),
+            r.external_id,
+            r.name.is_none(),
+            r.name,
+        )
+    }
+    rows.sort_by(|a, b| order(a).cmp(&order(b)));
     let steps = &x.steps;
     Columns::default()
         .i32("rank", rows.iter().map(|_| Some(x.rank)))
@@ -589,8 +616,8 @@ pub fn op_flops(x: &Inputs) -> Columns {
         )
         .i64("ts_ns", rows.iter().map(|r| r.ts_ns))
         .i64("dur_ns", rows.iter().map(|r| r.dur_ns))
-        .text("name", rows.iter().map(|r| r.name.as_deref()))
-        .text("tid", rows.iter().map(|r| r.tid.as_deref()))
+        .text("name", rows.iter().map(|r| r.name))
+        .text("tid", rows.iter().map(|r| r.tid))
         .i64("external_id", rows.iter().map(|r| r.external_id))
         .text("family", rows.iter().map(|r| r.family))
         .text("dtype", rows.iter().map(|r| r.dtype))

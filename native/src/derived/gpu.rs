@@ -6,8 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use arrow_array::Array;
-
 use super::collectives::Collective;
 use super::input::{at, flag_at, text_at};
 use super::out::Columns;

@@ -18,11 +18,14 @@ mod tables;
 use std::path::Path;
 use std::time::Instant;
 
-use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, StringArray};
+use std::collections::HashMap;
+
+use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, RecordBatch};
+use arrow_schema::ArrowError;
 
 pub use flops::{dtype_class, flop_family};
-use input::Frame;
 pub use input::Steps;
+use input::{at, flag_at, text_at, BatchTexts, Few, FewValues, Kind, Pick, Shared, Table};
 
 /// The tables this stage writes, in order.
 pub const DERIVED: &[&str] = &[
@@ -62,42 +65,45 @@ pub struct Params {
 
 pub struct CpuOps {
     pub step: Int64Array,
-    pub name: StringArray,
-    pub tid: StringArray,
+    pub name: Shared,
+    pub pid: Shared,
+    pub tid: Shared,
     pub ts_ns: Int64Array,
     pub end_ns: Int64Array,
     pub dur_ns: Int64Array,
     pub self_ns: Int64Array,
     pub external_id: Int64Array,
-    pub input_dims: StringArray,
-    pub input_type: StringArray,
-    pub collective_name: StringArray,
-    pub in_msg_nelems: Int64Array,
-    pub dtype: StringArray,
-    pub pg_name: StringArray,
-    pub pg_desc: StringArray,
-    pub pg_ranks: StringArray,
-    pub collective_seq: Int64Array,
-    pub peer_group_rank: Int32Array,
+    /// (kept for the ops with a FLOP formula and those step_batches reads: embedding lookups,
+    /// copies, ops in a DDP forward)
+    pub input_dims: Few,
+    pub input_type: Few,
+    pub collective_name: Few,
+    pub in_msg_nelems: FewValues<i64>,
+    pub dtype: Few,
+    pub pg_name: Few,
+    pub pg_desc: Few,
+    pub pg_ranks: Few,
+    pub collective_seq: FewValues<i64>,
+    pub peer_group_rank: FewValues<i32>,
 }
 
 pub struct Annotations {
     pub step: Int64Array,
-    pub name: StringArray,
+    pub name: Shared,
     pub on_gpu: BooleanArray,
-    pub tid: StringArray,
+    pub tid: Shared,
     pub ts_ns: Int64Array,
     pub end_ns: Int64Array,
     pub dur_ns: Int64Array,
     pub self_ns: Int64Array,
-    pub input_dims: StringArray,
-    pub input_type: StringArray,
+    pub input_dims: Few,
+    pub input_type: Few,
 }
 
 pub struct Runtime {
     pub step: Int64Array,
-    pub name: StringArray,
-    pub tid: StringArray,
+    pub name: Shared,
+    pub tid: Shared,
     pub ts_ns: Int64Array,
     pub end_ns: Int64Array,
     pub correlation: Int64Array,
@@ -106,8 +112,8 @@ pub struct Runtime {
 
 pub struct Kernels {
     pub step: Int64Array,
-    pub kind: StringArray,
-    pub name: StringArray,
+    pub kind: Shared,
+    pub name: Shared,
     pub device: Int32Array,
     pub stream: Int64Array,
     pub ts_ns: Int64Array,
@@ -116,43 +122,43 @@ pub struct Kernels {
     pub correlation: Int64Array,
     pub external_id: Int64Array,
     pub launch_ts_ns: Int64Array,
-    pub copy_bytes: Int64Array,
-    pub collective_name: StringArray,
-    pub in_msg_nelems: Int64Array,
-    pub dtype: StringArray,
-    pub pg_name: StringArray,
-    pub pg_desc: StringArray,
-    pub pg_ranks: StringArray,
-    pub collective_seq: Int64Array,
-    pub peer_group_rank: Int32Array,
-    pub counters: StringArray,
+    pub copy_bytes: FewValues<i64>,
+    pub collective_name: Few,
+    pub in_msg_nelems: FewValues<i64>,
+    pub dtype: Few,
+    pub pg_name: Few,
+    pub pg_desc: Few,
+    pub pg_ranks: Few,
+    pub collective_seq: FewValues<i64>,
+    pub peer_group_rank: FewValues<i32>,
+    pub counters: Few,
 }
 
 /// The raw events no one-pass table holds: allocator events ('[memory]'), step marks
-/// (ProfilerStep#N) and the host ops whose args the FLOP formulas and the all-to-all calls
-/// read, in file order.
+/// (ProfilerStep#N) and the host ops whose other args a FLOP formula or a split size reads
+/// (convolutions, all-to-all calls, record_param_comms), in file order.
 pub struct RawEvents {
-    pub ph: StringArray,
-    pub cat: StringArray,
-    pub name: StringArray,
-    pub pid: StringArray,
-    pub tid: StringArray,
+    pub ph: Shared,
+    pub cat: Shared,
+    pub name: Shared,
+    pub pid: Shared,
+    pub tid: Shared,
     pub ts_ns: Int64Array,
     pub dur_ns: Int64Array,
     pub external_id: Int64Array,
-    pub input_dims: StringArray,
-    pub input_type: StringArray,
-    pub other_args: StringArray,
-    pub collective_name: StringArray,
-    pub in_msg_nelems: Int64Array,
-    pub out_msg_nelems: Int64Array,
-    pub dtype: StringArray,
-    pub addr: StringArray,
-    pub device_type: Int32Array,
-    pub device_id: Int32Array,
-    pub bytes: Int64Array,
-    pub total_allocated_bytes: Int64Array,
-    pub total_reserved_bytes: Int64Array,
+    pub input_dims: Few,
+    pub input_type: Few,
+    pub other_args: Few,
+    pub collective_name: Few,
+    pub in_msg_nelems: FewValues<i64>,
+    pub out_msg_nelems: FewValues<i64>,
+    pub dtype: Few,
+    pub addr: Few,
+    pub device_type: FewValues<i32>,
+    pub device_id: FewValues<i32>,
+    pub bytes: FewValues<i64>,
+    pub total_allocated_bytes: FewValues<i64>,
+    pub total_reserved_bytes: FewValues<i64>,
 }
 
 /// Everything a rank's derived tables are built from.
@@ -170,11 +176,41 @@ pub struct Inputs {
 
 /// Is this raw event one `RawEvents` keeps (by its name)?
 fn kept_raw_name(name: &str) -> bool {
-    name == "[memory]"
-        || name.starts_with("ProfilerStep#")
-        || name == "record_param_comms"
+    name == "[memory]" || name.starts_with("ProfilerStep#") || reads_args(name)
+}
+
+/// Does a raw event's formula or split size read its other args (Concrete Inputs, split sizes)?
+fn reads_args(name: &str) -> bool {
+    name == "record_param_comms"
         || tables::ALL_TO_ALL_CALLS.contains(&name)
-        || tables::flop_family(name).is_some()
+        || matches!(tables::flop_family(name), Some("conv" | "conv_backward"))
+}
+
+/// Rows of a batch picked by its `name` column.
+fn by_name(batch: &RecordBatch, pick: impl Fn(&str) -> bool) -> Result<Vec<bool>, ArrowError> {
+    Ok(BatchTexts::of(batch, "name")?.picked(batch.num_rows(), pick))
+}
+
+/// The DDP forward passes of the loop threads, by thread: (start, end), sorted.
+fn forward_ranges(a: &Annotations) -> HashMap<String, Vec<(i64, i64)>> {
+    let mut out: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    for i in 0..a.name.len() {
+        if text_at(&a.name, i) != Some("DistributedDataParallel.forward")
+            || flag_at(&a.on_gpu, i) != Some(false)
+            || !a.step.is_valid(i)
+        {
+            continue;
+        }
+        if let (Some(tid), Some(ts), Some(end)) =
+            (text_at(&a.tid, i), at(&a.ts_ns, i), at(&a.end_ns, i))
+        {
+            out.entry(tid.to_owned()).or_default().push((ts, end));
+        }
+    }
+    for spans in out.values_mut() {
+        spans.sort_unstable();
+    }
+    out
 }
 
 impl Inputs {
@@ -185,132 +221,167 @@ impl Inputs {
         configs: Vec<PgConfig>,
         params: Params,
     ) -> Result<Inputs, String> {
+        use Kind::*;
         let file = |t: &str| dir.join(format!("{t}.parquet"));
-        let c = Frame::read(
-            &file("cpu_ops"),
+        let mut a = Table::read(
+            &file("annotations"),
             &[
-                "step",
-                "name",
-                "tid",
-                "ts_ns",
-                "end_ns",
-                "dur_ns",
-                "self_ns",
-                "external_id",
-                "input_dims",
-                "input_type",
-                "collective_name",
-                "in_msg_nelems",
-                "dtype",
-                "pg_name",
-                "pg_desc",
-                "pg_ranks",
-                "collective_seq",
-                "peer_group_rank",
+                ("step", I64),
+                ("name", Shared),
+                ("on_gpu", Flag),
+                ("tid", Shared),
+                ("ts_ns", I64),
+                ("end_ns", I64),
+                ("dur_ns", I64),
+                ("self_ns", I64),
+                ("input_dims", Few),
+                ("input_type", Few),
             ],
             None,
+            None,
+        )?;
+        let annotations = Annotations {
+            step: a.i64("step")?,
+            name: a.shared("name")?,
+            on_gpu: a.flag("on_gpu")?,
+            tid: a.shared("tid")?,
+            ts_ns: a.i64("ts_ns")?,
+            end_ns: a.i64("end_ns")?,
+            dur_ns: a.i64("dur_ns")?,
+            self_ns: a.i64("self_ns")?,
+            input_dims: a.few("input_dims")?,
+            input_type: a.few("input_type")?,
+        };
+        // (the ops the FLOP formulas and step_batches read keep their shapes)
+        let forwards = forward_ranges(&annotations);
+        let pick: Pick = Box::new(move |b: &RecordBatch| {
+            let (Ok(names), Ok(tids)) = (BatchTexts::of(b, "name"), BatchTexts::of(b, "tid"))
+            else {
+                return vec![true; b.num_rows()];
+            };
+            let mut picked = names.picked(b.num_rows(), |n| {
+                matches!(n, "aten::embedding" | "aten::copy_") || tables::flop_family(n).is_some()
+            });
+            if !forwards.is_empty() {
+                let ts = crate::columns::by_name::<Int64Array>(b, "ts_ns").ok();
+                for (i, p) in picked.iter_mut().enumerate() {
+                    *p = *p
+                        || tids
+                            .get(i)
+                            .and_then(|t| forwards.get(t))
+                            .is_some_and(|spans| {
+                                let Some(t) = ts.and_then(|ts| at(ts, i)) else {
+                                    return false;
+                                };
+                                let k = spans.partition_point(|s| s.0 <= t);
+                                spans[..k].iter().any(|s| t < s.1)
+                            });
+                }
+            }
+            picked
+        });
+        let mut c = Table::read(
+            &file("cpu_ops"),
+            &[
+                ("step", I64),
+                ("name", Shared),
+                ("pid", Shared),
+                ("tid", Shared),
+                ("ts_ns", I64),
+                ("end_ns", I64),
+                ("dur_ns", I64),
+                ("self_ns", I64),
+                ("external_id", I64),
+                ("input_dims", FewPicked),
+                ("input_type", FewPicked),
+                ("collective_name", Few),
+                ("in_msg_nelems", FewI64),
+                ("dtype", Few),
+                ("pg_name", Few),
+                ("pg_desc", Few),
+                ("pg_ranks", Few),
+                ("collective_seq", FewI64),
+                ("peer_group_rank", FewI32),
+            ],
+            None,
+            Some(pick),
         )?;
         let cpu_ops = CpuOps {
             step: c.i64("step")?,
-            name: c.text("name")?,
-            tid: c.text("tid")?,
+            name: c.shared("name")?,
+            pid: c.shared("pid")?,
+            tid: c.shared("tid")?,
             ts_ns: c.i64("ts_ns")?,
             end_ns: c.i64("end_ns")?,
             dur_ns: c.i64("dur_ns")?,
             self_ns: c.i64("self_ns")?,
             external_id: c.i64("external_id")?,
-            input_dims: c.text("input_dims")?,
-            input_type: c.text("input_type")?,
-            collective_name: c.text("collective_name")?,
-            in_msg_nelems: c.i64("in_msg_nelems")?,
-            dtype: c.text("dtype")?,
-            pg_name: c.text("pg_name")?,
-            pg_desc: c.text("pg_desc")?,
-            pg_ranks: c.text("pg_ranks")?,
-            collective_seq: c.i64("collective_seq")?,
-            peer_group_rank: c.i32("peer_group_rank")?,
+            input_dims: c.few("input_dims")?,
+            input_type: c.few("input_type")?,
+            collective_name: c.few("collective_name")?,
+            in_msg_nelems: c.few_i64("in_msg_nelems")?,
+            dtype: c.few("dtype")?,
+            pg_name: c.few("pg_name")?,
+            pg_desc: c.few("pg_desc")?,
+            pg_ranks: c.few("pg_ranks")?,
+            collective_seq: c.few_i64("collective_seq")?,
+            peer_group_rank: c.few_i32("peer_group_rank")?,
         };
-        let a = Frame::read(
-            &file("annotations"),
-            &[
-                "step",
-                "name",
-                "on_gpu",
-                "tid",
-                "ts_ns",
-                "end_ns",
-                "dur_ns",
-                "self_ns",
-                "input_dims",
-                "input_type",
-            ],
-            None,
-        )?;
-        let annotations = Annotations {
-            step: a.i64("step")?,
-            name: a.text("name")?,
-            on_gpu: a.flag("on_gpu")?,
-            tid: a.text("tid")?,
-            ts_ns: a.i64("ts_ns")?,
-            end_ns: a.i64("end_ns")?,
-            dur_ns: a.i64("dur_ns")?,
-            self_ns: a.i64("self_ns")?,
-            input_dims: a.text("input_dims")?,
-            input_type: a.text("input_type")?,
-        };
-        let r = Frame::read(
+        let mut r = Table::read(
             &file("runtime"),
             &[
-                "step",
-                "name",
-                "tid",
-                "ts_ns",
-                "end_ns",
-                "correlation",
-                "is_sync",
+                ("step", I64),
+                ("name", Shared),
+                ("tid", Shared),
+                ("ts_ns", I64),
+                ("end_ns", I64),
+                ("correlation", I64),
+                ("is_sync", Flag),
             ],
+            None,
             None,
         )?;
         let runtime = Runtime {
             step: r.i64("step")?,
-            name: r.text("name")?,
-            tid: r.text("tid")?,
+            name: r.shared("name")?,
+            tid: r.shared("tid")?,
             ts_ns: r.i64("ts_ns")?,
             end_ns: r.i64("end_ns")?,
             correlation: r.i64("correlation")?,
             is_sync: r.flag("is_sync")?,
         };
-        let k = Frame::read(
+        let mut k = Table::read(
             &file("kernels"),
             &[
-                "step",
-                "kind",
-                "name",
-                "device",
-                "stream",
-                "ts_ns",
-                "dur_ns",
-                "end_ns",
-                "correlation",
-                "external_id",
-                "launch_ts_ns",
-                "copy_bytes",
-                "collective_name",
-                "in_msg_nelems",
-                "dtype",
-                "pg_name",
-                "pg_desc",
-                "pg_ranks",
-                "collective_seq",
-                "peer_group_rank",
-                "counters",
+                ("step", I64),
+                ("kind", Shared),
+                ("name", Shared),
+                ("device", I32),
+                ("stream", I64),
+                ("ts_ns", I64),
+                ("dur_ns", I64),
+                ("end_ns", I64),
+                ("correlation", I64),
+                ("external_id", I64),
+                ("launch_ts_ns", I64),
+                ("copy_bytes", FewI64),
+                ("collective_name", Few),
+                ("in_msg_nelems", FewI64),
+                ("dtype", Few),
+                ("pg_name", Few),
+                ("pg_desc", Few),
+                ("pg_ranks", Few),
+                ("collective_seq", FewI64),
+                ("peer_group_rank", FewI32),
+                ("counters", Few),
             ],
+            None,
             None,
         )?;
         let kernels = Kernels {
             step: k.i64("step")?,
-            kind: k.text("kind")?,
-            name: k.text("name")?,
+            kind: k.shared("kind")?,
+            name: k.shared("name")?,
             device: k.i32("device")?,
             stream: k.i64("stream")?,
             ts_ns: k.i64("ts_ns")?,
@@ -319,75 +390,72 @@ impl Inputs {
             correlation: k.i64("correlation")?,
             external_id: k.i64("external_id")?,
             launch_ts_ns: k.i64("launch_ts_ns")?,
-            copy_bytes: k.i64("copy_bytes")?,
-            collective_name: k.text("collective_name")?,
-            in_msg_nelems: k.i64("in_msg_nelems")?,
-            dtype: k.text("dtype")?,
-            pg_name: k.text("pg_name")?,
-            pg_desc: k.text("pg_desc")?,
-            pg_ranks: k.text("pg_ranks")?,
-            collective_seq: k.i64("collective_seq")?,
-            peer_group_rank: k.i32("peer_group_rank")?,
-            counters: k.text("counters")?,
+            copy_bytes: k.few_i64("copy_bytes")?,
+            collective_name: k.few("collective_name")?,
+            in_msg_nelems: k.few_i64("in_msg_nelems")?,
+            dtype: k.few("dtype")?,
+            pg_name: k.few("pg_name")?,
+            pg_desc: k.few("pg_desc")?,
+            pg_ranks: k.few("pg_ranks")?,
+            collective_seq: k.few_i64("collective_seq")?,
+            peer_group_rank: k.few_i32("peer_group_rank")?,
+            counters: k.few("counters")?,
         };
-        let keep: Box<
-            dyn Fn(&arrow_array::RecordBatch) -> Result<BooleanArray, arrow_schema::ArrowError>
-                + Send,
-        > = Box::new(|b| {
-            let names = crate::columns::by_name::<StringArray>(b, "name")?;
-            Ok(BooleanArray::from_iter((0..b.num_rows()).map(|i| {
-                Some(names.is_valid(i) && kept_raw_name(names.value(i)))
-            })))
+        let keep: Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send> =
+            Box::new(|b| Ok(BooleanArray::from(by_name(b, kept_raw_name)?)));
+        let args: Pick = Box::new(|b: &RecordBatch| {
+            by_name(b, reads_args).unwrap_or_else(|_| vec![true; b.num_rows()])
         });
-        let e = Frame::read(
+        let mut e = Table::read(
             &file("raw_events"),
             &[
-                "ph",
-                "cat",
-                "name",
-                "pid",
-                "tid",
-                "ts_ns",
-                "dur_ns",
-                "external_id",
-                "input_dims",
-                "input_type",
-                "other_args",
-                "collective_name",
-                "in_msg_nelems",
-                "out_msg_nelems",
-                "dtype",
-                "addr",
-                "device_type",
-                "device_id",
-                "bytes",
-                "total_allocated_bytes",
-                "total_reserved_bytes",
+                ("ph", Shared),
+                ("cat", Shared),
+                ("name", Shared),
+                ("pid", Shared),
+                ("tid", Shared),
+                ("ts_ns", I64),
+                ("dur_ns", I64),
+                ("external_id", I64),
+                ("input_dims", Few),
+                ("input_type", Few),
+                ("other_args", FewPicked),
+                ("collective_name", Few),
+                ("in_msg_nelems", FewI64),
+                ("out_msg_nelems", FewI64),
+                ("dtype", Few),
+                ("addr", Few),
+                ("device_type", FewI32),
+                ("device_id", FewI32),
+                ("bytes", FewI64),
+                ("total_allocated_bytes", FewI64),
+                ("total_reserved_bytes", FewI64),
             ],
             Some((&["name"], keep)),
+            Some(args),
         )?;
         let raw = RawEvents {
-            ph: e.text("ph")?,
-            cat: e.text("cat")?,
-            name: e.text("name")?,
-            pid: e.text("pid")?,
-            tid: e.text("tid")?,
+            ph: e.shared("ph")?,
+            cat: e.shared("cat")?,
+            name: e.shared("name")?,
+            pid: e.shared("pid")?,
+            tid: e.shared("tid")?,
             ts_ns: e.i64("ts_ns")?,
             dur_ns: e.i64("dur_ns")?,
             external_id: e.i64("external_id")?,
-            input_dims: e.text("input_dims")?,
-            input_type: e.text("input_type")?,
-            other_args: e.text("other_args")?,
-            collective_name: e.text("collective_name")?,
-            in_msg_nelems: e.i64("in_msg_nelems")?,
-            out_msg_nelems: e.i64("out_msg_nelems")?,
-            dtype: e.text("dtype")?,
-            addr: e.text("addr")?,
-            device_type: e.i32("device_type")?,
-            device_id: e.i32("device_id")?,
-            bytes: e.i64("bytes")?,
-            total_allocated_bytes: e.i64("total_allocated_bytes")?,
-            total_reserved_bytes: e.i64("total_reserved_bytes")?,
+            input_dims: e.few("input_dims")?,
+            input_type: e.few("input_type")?,
+            other_args: e.few("other_args")?,
+            collective_name: e.few("collective_name")?,
+            in_msg_nelems: e.few_i64("in_msg_nelems")?,
+            out_msg_nelems: e.few_i64("out_msg_nelems")?,
+            dtype: e.few("dtype")?,
+            addr: e.few("addr")?,
+            device_type: e.few_i32("device_type")?,
+            device_id: e.few_i32("device_id")?,
+            bytes: e.few_i64("bytes")?,
+            total_allocated_bytes: e.few_i64("total_allocated_bytes")?,
+            total_reserved_bytes: e.few_i64("total_reserved_bytes")?,
         };
         Ok(Inputs {
             rank,

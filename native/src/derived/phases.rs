@@ -12,8 +12,6 @@
 
 use std::collections::HashMap;
 
-use arrow_array::Array;
-
 use super::collectives::Collective;
 use super::input::{at, flag_at, text_at};
 use super::out::Columns;

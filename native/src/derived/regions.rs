@@ -10,8 +10,6 @@
 
 use std::collections::BTreeMap;
 
-use arrow_array::Array;
-
 use super::collectives::Collective;
 use super::gpu::Busy;
 use super::input::{at, flag_at, text_at};
