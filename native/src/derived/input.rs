@@ -288,11 +288,10 @@ impl Table {
             .iter()
             .map(|f| {
                 if f.data_type() == &DataType::Utf8 && dictionary(f.name()) {
-                    Field::new(
-                        f.name(),
-                        DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-                        true,
-                    )
+                    f.as_ref().clone().with_data_type(DataType::Dictionary(
+                        Box::new(DataType::Int32),
+                        Box::new(DataType::Utf8),
+                    ))
                 } else {
                     f.as_ref().clone()
                 }

@@ -3,8 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::builder::{Int32Builder, ListBuilder};
+use arrow_array::builder::{Int32Builder, Int64Builder, ListBuilder, PrimitiveBuilder};
 use arrow_array::Array;
+use arrow_array::ArrowPrimitiveType;
 use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
@@ -73,32 +74,28 @@ impl Columns {
     }
 
     pub fn i32_lists<'a>(
-        mut self,
+        self,
         name: &str,
         values: impl IntoIterator<Item = Option<&'a [i32]>>,
     ) -> Self {
-        let mut b = ListBuilder::new(Int32Builder::new());
-        for v in values {
-            match v {
-                Some(xs) => {
-                    b.values().append_slice(xs);
-                    b.append(true);
-                }
-                None => b.append(false),
-            }
-        }
-        let array = b.finish();
-        let dt = array.data_type().clone();
-        self.push(name, dt, Arc::new(array));
-        self
+        self.lists(name, Int32Builder::new(), values)
     }
 
     pub fn i64_lists<'a>(
-        mut self,
+        self,
         name: &str,
         values: impl IntoIterator<Item = Option<&'a [i64]>>,
     ) -> Self {
-        let mut b = ListBuilder::new(arrow_array::builder::Int64Builder::new());
+        self.lists(name, Int64Builder::new(), values)
+    }
+
+    fn lists<'a, T: ArrowPrimitiveType>(
+        mut self,
+        name: &str,
+        items: PrimitiveBuilder<T>,
+        values: impl IntoIterator<Item = Option<&'a [T::Native]>>,
+    ) -> Self {
+        let mut b = ListBuilder::new(items);
         for v in values {
             match v {
                 Some(xs) => {
