@@ -391,16 +391,17 @@ def _stages(r: dict) -> str:
                      if not k.startswith(TABLE_KEY) and (r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu"))
 
 
-TABLE_KEY = "table_cpu."  # the manifest's per-table stage entries (one per per-rank SQL file)
+TABLE_KEY = "table_cpu."  # the manifest's per-table stage entries (each derived table; SQL files before 2026-12)
 
 
 def table_costs(results: list[dict]) -> str:
-    """CPU s of each per-rank SQL file in the cold runs (this checkout and the previous one,
-    whose manifests may not have them), most expensive first, with its share of all of them."""
+    """Seconds of each per-rank table in the cold runs (this checkout's: each table the reader
+    derives, and reading the one-pass tables back; an older checkout's: each per-rank SQL file),
+    most expensive first, with its share of all of them."""
     runs = [r for r in results if r.get("ok") and r["tool"] in ("traceanalyze", "previous")]
     if not any(k.startswith(TABLE_KEY) for r in runs for k in r.get("stages", {})):
         return ""
-    head = "| per-rank table (SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
+    head = "| per-rank table (derived table, or SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
     rows = [head, "|---|" + "---:|" * len(runs)]
     costs = [{k: float(v) for k, v in r["stages"].items() if k.startswith(TABLE_KEY)} for r in runs]
     names = sorted({k for c in costs for k in c}, key=lambda k: (-max(c.get(k, 0.0) for c in costs), k))
@@ -448,11 +449,11 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
   child shared between fork and exec).
 - traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader writing
-  the rank's raw_events.parquet, the per-rank tables computed from it and written beside it
-  (the shard), then `trace.duckdb` (the shard's tables copied in or viewed), cross-rank
+  the rank's raw_events.parquet and its one-pass tables, the derived per-rank tables built from
+  them (the shard), then `trace.duckdb` (the shard's tables copied in or viewed), cross-rank
   tables and alignment. "stages" are the map's (from the shard manifests: CPU s of the reader
-  writing Parquet, split by wall time into parsing and writing; of the per-rank tables; of
-  writing them) and the reduce's CPU s.
+  writing Parquet, split by wall time into parsing and writing; of the derived tables; of
+  writing the rank's own rows) and the reduce's CPU s.
   "re-run" is the same command without `--force` on the unchanged files (database reused).
 - previous: the same command run from an earlier checkout (`--previous-checkout`).
 - hta: `TraceAnalysis(trace_files={{0: path}}, trace_dir=dir)` (parse + align + filter),
