@@ -49,8 +49,9 @@ class StageBar:
     def __call__(self, message: str) -> None:
         from traceanalyze.escape import terminal
 
-        self._bar.set_description_str(f"traceanalyze: {terminal(message)}", refresh=False)
+        # every stage is drawn (tqdm's update skips redraws within 0.1 s; stages are few)
         self._bar.update(1)
+        self._bar.set_description_str(f"traceanalyze: {terminal(message)}", refresh=True)
 
     def close(self) -> None:
         self._bar.close()
