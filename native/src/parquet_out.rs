@@ -147,11 +147,10 @@ fn write_inner(
     )
     .map_err(|e| io_error("the Parquet file", out, e))?;
     let mut parse_s = started.elapsed().as_secs_f64() - stats.base_scan_s;
-    loop {
-        let t = Instant::now();
-        let batch = parser.next_batch()?;
-        parse_s += t.elapsed().as_secs_f64();
-        let Some(batch) = batch else { break };
+    // Each batch is encoded (and its one-pass tables' rows gathered) while the next one is
+    // parsed: on its own thread, fed through a channel of two batches, unless the read has one
+    // thread. The rows, their order and the files are the same either way.
+    let mut consume = |batch: RecordBatch, stats: &mut WriteStats| -> Result<(), TraceError> {
         let t = Instant::now();
         stats.begin_end_rows += begin_end_rows(&batch);
         stats.rows += batch.num_rows() as u64;
@@ -172,7 +171,54 @@ fn write_inner(
             .write(&with_rank)
             .map_err(|e| io_error("the Parquet file", out, e))?;
         stats.write_s += t.elapsed().as_secs_f64();
+        Ok(())
+    };
+    if limits_threads == 1 {
+        loop {
+            let t = Instant::now();
+            let batch = parser.next_batch()?;
+            parse_s += t.elapsed().as_secs_f64();
+            let Some(batch) = batch else { break };
+            consume(batch, &mut stats)?;
+        }
+    } else {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
+        let mut encoded = WriteStats::default();
+        let (parsed, written) = std::thread::scope(|scope| {
+            let encoder = scope.spawn(|| -> Result<(), TraceError> {
+                for batch in receiver {
+                    consume(batch, &mut encoded)?;
+                }
+                Ok(())
+            });
+            let parsed = (|| -> Result<(), TraceError> {
+                loop {
+                    let t = Instant::now();
+                    let batch = parser.next_batch()?;
+                    parse_s += t.elapsed().as_secs_f64();
+                    let Some(batch) = batch else { return Ok(()) };
+                    if sender.send(batch).is_err() {
+                        return Ok(()); // (the encoder stopped: its error is the one to report)
+                    }
+                }
+            })();
+            drop(sender);
+            let written = encoder.join().unwrap_or_else(|p| {
+                Err(TraceError {
+                    message: format!("the Parquet writer panicked ({})", panic_text(&p)),
+                    offset: None,
+                })
+            });
+            (parsed, written)
+        });
+        written?;
+        parsed?;
+        stats.begin_end_rows = encoded.begin_end_rows;
+        stats.rows = encoded.rows;
+        stats.tables_s = encoded.tables_s;
+        stats.write_s = encoded.write_s;
     }
+    drop(consume);
     let t = Instant::now();
     let meta = writer
         .close()
@@ -196,6 +242,13 @@ fn write_inner(
         }
     }
     Ok((parser.outcome, stats))
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn begin_end_rows(batch: &RecordBatch) -> u64 {

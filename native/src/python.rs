@@ -482,11 +482,12 @@ fn write_rows<'py>(
 /// The derived tables (native/src/derived: collectives, phases, GPU activity, ...) of the rank
 /// whose shard files are in `shard_dir`, written into `out_dir`; `pg_configs` is the rank's
 /// (pg_name, pg_desc, ranks, pg_size, config_index) rows, `params` the named thresholds
-/// (phase_merge_tolerance_ns, gap_data_wait_min_share_pct, gap_comm_wait_min_share_pct).
+/// (phase_merge_tolerance_ns, gap_data_wait_min_share_pct, gap_comm_wait_min_share_pct);
+/// `threads` 1 builds them on this thread alone (0: two threads).
 /// Returns ({table: rows}, {table: seconds}, with "inputs": reading the files back); raises
 /// ValueError with a one-line message when a file cannot be read or written.
 #[pyfunction]
-#[pyo3(signature = (shard_dir, out_dir, rank, pg_configs, params))]
+#[pyo3(signature = (shard_dir, out_dir, rank, pg_configs, params, threads = 0))]
 fn derive_rank_tables<'py>(
     py: Python<'py>,
     shard_dir: &str,
@@ -494,6 +495,7 @@ fn derive_rank_tables<'py>(
     rank: i32,
     pg_configs: Vec<(String, Option<String>, Vec<i32>, i64, i64)>,
     params: (i64, f64, f64),
+    threads: usize,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let configs = pg_configs
         .into_iter()
@@ -516,7 +518,7 @@ fn derive_rank_tables<'py>(
     );
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            derive_tables(&dir, &out, rank, configs, params)
+            derive_tables(&dir, &out, rank, configs, params, threads != 1)
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });

@@ -69,7 +69,7 @@ def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None
         target.mkdir(parents=True, exist_ok=True)
         with PrivateDatabase(work, estimated_uncompressed_bytes(local.path), threads) as database:
             read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, work)
-        derived = derive_rank_tables(tf, read, target)
+        derived = derive_rank_tables(tf, read, target, threads or 0)
         t0 = time.process_time()
         rows = {**read.table_rows, **derived, **write_rank_rows(tf, read, target)}
         files = shard_files(store, tf.rank, target)
@@ -154,13 +154,13 @@ def read_rank_events(database: PrivateDatabase, tf: TraceFile, local: TraceFile,
     return read
 
 
-def derive_rank_tables(tf: TraceFile, read: RankRead, folder: Path) -> dict[str, int]:
+def derive_rank_tables(tf: TraceFile, read: RankRead, folder: Path, threads: int = 0) -> dict[str, int]:
     """The rank's derived tables (read.DERIVED_TABLES) built by the reader from its files in
     `folder`; returns their row counts, the CPU seconds in the read's stages (`tables_cpu`, and
     `table_cpu.<table>` for each, `table_cpu.inputs` reading the files back)."""
     configs, _ = _pg_config_rows_of(tf, read)
     t0 = time.process_time()
-    rows, seconds = write_derived_tables(tf, folder, configs)
+    rows, seconds = write_derived_tables(tf, folder, configs, threads)
     read.stage_s["tables_cpu"] = time.process_time() - t0
     read.stage_s.update({f"table_cpu.{table}": s for table, s in seconds.items()})
     return rows

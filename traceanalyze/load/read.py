@@ -194,13 +194,16 @@ def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None, read: 
     read.event_issues = event_issue_notes(issues)
 
 
-def write_derived_tables(tf: TraceFile, folder: Path, configs: list[tuple]) -> dict[str, int]:
+def write_derived_tables(tf: TraceFile, folder: Path, configs: list[tuple],
+                         threads: int = 0) -> tuple[dict[str, int], dict[str, float]]:
     """The rank's DERIVED_TABLES from its one-pass tables and raw_events.parquet in `folder`,
-    written there; `configs` are its `pg_configs` rows. Returns each table's row count; a file
-    that cannot be read or written raises TraceFormatError naming the trace."""
+    written there; `configs` are its `pg_configs` rows, `threads` 1 to build them on one thread.
+    Returns each table's row count and seconds; a file that cannot be read or written raises
+    TraceFormatError naming the trace."""
     groups = [(name, desc, ranks, size, index) for _, name, desc, ranks, size, _, index in configs]
     try:
-        return _native.derive_rank_tables(str(folder), str(folder), tf.rank, groups, _derived_params())
+        return _native.derive_rank_tables(str(folder), str(folder), tf.rank, groups, _derived_params(),
+                                          threads=threads)
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
 

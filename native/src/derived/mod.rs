@@ -474,77 +474,79 @@ impl Inputs {
 /// What building one table cost: (table, rows, seconds of this thread).
 pub type Built = (&'static str, usize, f64);
 
+/// Each table's build and write, timed one after the other on one thread.
+struct Laps<'a> {
+    out: &'a Path,
+    clock: Instant,
+    built: Vec<Built>,
+}
+
+impl Laps<'_> {
+    fn lap(&mut self, table: &'static str, rows: usize) {
+        self.built.push((table, rows, self.clock.elapsed().as_secs_f64()));
+        self.clock = Instant::now();
+    }
+
+    fn write(&mut self, columns: out::Columns, table: &'static str) -> Result<(), String> {
+        let (_, rows) = columns.write(self.out, table)?;
+        self.lap(table, rows);
+        Ok(())
+    }
+}
+
 /// Build and write every derived table of the rank whose shard files are in `dir` into `out`
 /// (the same folder in a map); returns each table's rows and seconds ("inputs": reading the
-/// one-pass tables back).
+/// one-pass tables back). With `parallel`, the tables that need no collective's row (FLOPs,
+/// memory, ...) are built on a second thread beside the others; the files are the same.
 pub fn derive_tables(
     dir: &Path,
     out: &Path,
     rank: i32,
     configs: Vec<PgConfig>,
     params: Params,
+    parallel: bool,
 ) -> Result<Vec<Built>, String> {
-    let mut clock = Instant::now();
-    let mut built: Vec<Built> = Vec::new();
-    let mut lap = |table: &'static str, rows: usize, built: &mut Vec<Built>| {
-        built.push((table, rows, clock.elapsed().as_secs_f64()));
-        clock = Instant::now();
-    };
+    let mut laps = Laps { out, clock: Instant::now(), built: Vec::new() };
     let x = Inputs::read(dir, rank, configs, params)?;
-    lap("inputs", 0, &mut built);
-    let mut write = |columns: out::Columns,
-                     table: &'static str,
-                     built: &mut Vec<Built>|
-     -> Result<(), String> {
-        let (_, rows) = columns.write(out, table)?;
-        lap(table, rows, built);
-        Ok(())
+    laps.lap("inputs", 0);
+    let apart = |laps: &mut Laps| -> Result<(), String> {
+        laps.write(tables::memcpy(&x), "memcpy")?;
+        laps.write(tables::memory(&x), "memory")?;
+        laps.write(tables::all_to_all_calls(&x), "all_to_all_calls")?;
+        laps.write(tables::step_batches(&x), "step_batches")?;
+        laps.write(flops::op_flops(&x), "op_flops")
     };
-    write(tables::memcpy(&x), "memcpy", &mut built)?;
-    let collectives = collectives::collectives(&x);
-    write(
-        collectives::table(rank, &collectives),
-        "collectives",
-        &mut built,
-    )?;
-    write(
-        collectives::step_comm(rank, &x.steps, &collectives),
-        "step_comm",
-        &mut built,
-    )?;
-    let main = tables::main_thread(&x);
-    write(
-        tables::main_threads(rank, main.as_deref()),
-        "main_threads",
-        &mut built,
-    )?;
-    write(tables::memory(&x), "memory", &mut built)?;
-    write(tables::all_to_all_calls(&x), "all_to_all_calls", &mut built)?;
-    write(tables::step_batches(&x), "step_batches", &mut built)?;
-    let phases = phases::intervals(&x, main.as_deref(), &collectives);
-    write(
-        phases::intervals_table(&x, &phases),
-        "phase_intervals",
-        &mut built,
-    )?;
-    write(phases::step_phases(&x, &phases), "step_phases", &mut built)?;
-    let busy = gpu::busy_intervals(&x);
-    write(
-        gpu::busy_table(rank, &busy),
-        "gpu_busy_intervals",
-        &mut built,
-    )?;
-    write(
-        gpu::idle_gaps(&x, &busy, &phases, &collectives),
-        "gpu_idle_gaps",
-        &mut built,
-    )?;
-    write(gpu::step_gpu(&x, &busy), "step_gpu", &mut built)?;
-    write(
-        regions::step_regions(&x, main.as_deref(), &collectives, &busy),
-        "step_regions",
-        &mut built,
-    )?;
-    write(flops::op_flops(&x), "op_flops", &mut built)?;
-    Ok(built)
+    let joined = |laps: &mut Laps| -> Result<(), String> {
+        let collectives = collectives::collectives(&x);
+        laps.write(collectives::table(rank, &collectives), "collectives")?;
+        laps.write(collectives::step_comm(rank, &x.steps, &collectives), "step_comm")?;
+        let main = tables::main_thread(&x);
+        laps.write(tables::main_threads(rank, main.as_deref()), "main_threads")?;
+        let phases = phases::intervals(&x, main.as_deref(), &collectives);
+        laps.write(phases::intervals_table(&x, &phases), "phase_intervals")?;
+        laps.write(phases::step_phases(&x, &phases), "step_phases")?;
+        let busy = gpu::busy_intervals(&x);
+        laps.write(gpu::busy_table(rank, &busy), "gpu_busy_intervals")?;
+        laps.write(gpu::idle_gaps(&x, &busy, &phases, &collectives), "gpu_idle_gaps")?;
+        laps.write(gpu::step_gpu(&x, &busy), "step_gpu")?;
+        laps.write(regions::step_regions(&x, main.as_deref(), &collectives, &busy), "step_regions")
+    };
+    if !parallel {
+        apart(&mut laps)?;
+        joined(&mut laps)?;
+        return Ok(laps.built);
+    }
+    let mut second = Laps { out, clock: Instant::now(), built: Vec::new() };
+    let (first, other) = std::thread::scope(|scope| {
+        let handle = scope.spawn(|| apart(&mut second));
+        let first = joined(&mut laps);
+        let other = handle
+            .join()
+            .unwrap_or_else(|_| Err("a derived table's builder panicked".into()));
+        (first, other)
+    });
+    first?;
+    other?;
+    laps.built.extend(second.built);
+    Ok(laps.built)
 }
