@@ -483,7 +483,8 @@ struct Laps<'a> {
 
 impl Laps<'_> {
     fn lap(&mut self, table: &'static str, rows: usize) {
-        self.built.push((table, rows, self.clock.elapsed().as_secs_f64()));
+        self.built
+            .push((table, rows, self.clock.elapsed().as_secs_f64()));
         self.clock = Instant::now();
     }
 
@@ -506,7 +507,11 @@ pub fn derive_tables(
     params: Params,
     parallel: bool,
 ) -> Result<Vec<Built>, String> {
-    let mut laps = Laps { out, clock: Instant::now(), built: Vec::new() };
+    let mut laps = Laps {
+        out,
+        clock: Instant::now(),
+        built: Vec::new(),
+    };
     let x = Inputs::read(dir, rank, configs, params)?;
     laps.lap("inputs", 0);
     let apart = |laps: &mut Laps| -> Result<(), String> {
@@ -519,7 +524,10 @@ pub fn derive_tables(
     let joined = |laps: &mut Laps| -> Result<(), String> {
         let collectives = collectives::collectives(&x);
         laps.write(collectives::table(rank, &collectives), "collectives")?;
-        laps.write(collectives::step_comm(rank, &x.steps, &collectives), "step_comm")?;
+        laps.write(
+            collectives::step_comm(rank, &x.steps, &collectives),
+            "step_comm",
+        )?;
         let main = tables::main_thread(&x);
         laps.write(tables::main_threads(rank, main.as_deref()), "main_threads")?;
         let phases = phases::intervals(&x, main.as_deref(), &collectives);
@@ -527,16 +535,26 @@ pub fn derive_tables(
         laps.write(phases::step_phases(&x, &phases), "step_phases")?;
         let busy = gpu::busy_intervals(&x);
         laps.write(gpu::busy_table(rank, &busy), "gpu_busy_intervals")?;
-        laps.write(gpu::idle_gaps(&x, &busy, &phases, &collectives), "gpu_idle_gaps")?;
+        laps.write(
+            gpu::idle_gaps(&x, &busy, &phases, &collectives),
+            "gpu_idle_gaps",
+        )?;
         laps.write(gpu::step_gpu(&x, &busy), "step_gpu")?;
-        laps.write(regions::step_regions(&x, main.as_deref(), &collectives, &busy), "step_regions")
+        laps.write(
+            regions::step_regions(&x, main.as_deref(), &collectives, &busy),
+            "step_regions",
+        )
     };
     if !parallel {
         apart(&mut laps)?;
         joined(&mut laps)?;
         return Ok(laps.built);
     }
-    let mut second = Laps { out, clock: Instant::now(), built: Vec::new() };
+    let mut second = Laps {
+        out,
+        clock: Instant::now(),
+        built: Vec::new(),
+    };
     let (first, other) = std::thread::scope(|scope| {
         let handle = scope.spawn(|| apart(&mut second));
         let first = joined(&mut laps);
