@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceanalyze import db as tracedb
-from traceanalyze.load.extension import native as _native
+from traceanalyze.extension import native as _native
 from traceanalyze.load.map import pg_config_rows
 from traceanalyze.load.read import DERIVED_TABLES, NATIVE_TABLES, _derived_params
 

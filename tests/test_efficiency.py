@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from traceanalyze.load import load_trace_dir
-from traceanalyze.load.extension import native as _native
+from traceanalyze.extension import native as _native
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 

@@ -24,7 +24,7 @@ import xxhash
 from conftest import FIXTURES, run_cli
 
 from traceanalyze.load import load_trace_dir, reduce
-from traceanalyze.load.extension import native as _native
+from traceanalyze.extension import native as _native
 from traceanalyze.load.map import map_rank
 from traceanalyze.load.read import DERIVED_TABLES
 from traceanalyze.load.discover import identify

@@ -533,6 +533,24 @@ fn derive_rank_tables<'py>(
     Ok((rows, seconds))
 }
 
+/// The critical path's walk: its inputs (the Parquet file traceanalyze/analysis/critical_path.py
+/// writes) at `input`, its segments written to `output`; returns their count. Raises ValueError
+/// with a one-line message when a file cannot be read or written.
+#[pyfunction]
+fn walk_critical_path(py: Python<'_>, input: &str, output: &str) -> PyResult<usize> {
+    let (input, output) = (
+        Path::new(input).to_path_buf(),
+        Path::new(output).to_path_buf(),
+    );
+    py.allow_threads(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            crate::critical_path::walk_file(&input, &output)
+        }))
+        .unwrap_or_else(|p| Err(panic_message(p)))
+    })
+    .map_err(PyValueError::new_err)
+}
+
 /// The readings the derived tables share, for the tests that hold them against the SQL
 /// macros of the same names (collective_op, dtype_bytes, is_data_range) and the JSON: `what` is
 /// one of those or flop_family, dtype_class; `text` the name.
@@ -636,6 +654,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rank_tables_of_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(derive_rank_tables, m)?)?;
     m.add_function(wrap_pyfunction!(derived_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(walk_critical_path, m)?)?;
     m.add_function(wrap_pyfunction!(reading, m)?)?;
     m.add_function(wrap_pyfunction!(write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;

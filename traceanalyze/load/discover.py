@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.load.extension import native as _native
+from traceanalyze.extension import native as _native
 from traceanalyze.load.flight_recorder import DumpFile, identify_dump, looks_like_dump
 from traceanalyze.load.source import estimated_uncompressed_bytes, open_trace_bytes
 

@@ -14,7 +14,6 @@ import duckdb
 import traceanalyze.db as tracedb
 from traceanalyze.version import __version__
 from traceanalyze.analysis.align import align_ranks
-from traceanalyze.analysis.critical_path import build_critical_path
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
 from traceanalyze.load.groups import infer_groups
@@ -38,8 +37,7 @@ def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) ->
             insert_dumps(con, dumps)
             infer_groups(con)
             tracedb.build_tables(con, tracedb.cross_rank_sql_files())
-            align_ranks(con)
-            build_critical_path(con)
+            align_ranks(con)  # (no profiler step: the critical path stays empty)
             rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__,
                     "macros": tracedb.macros_fingerprint(), "storage": "tables", **meta}
             con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))

@@ -1,13 +1,19 @@
-"""A rank's DuckDB memory limit and the folder of its work files (its private database and spill)."""
+"""A rank's DuckDB memory limit and the folder of its work files (its private database and spill;
+the reduce's critical-path files)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
+from traceanalyze.load.stale import staging_prefix
 
 # A rank's work files (its private DuckDB database and spill) live only while it is mapped. A
 # RAM-backed folder is about 3x faster than a disk; it is used for an uncompressed trace that
@@ -40,6 +46,17 @@ def staging_dir(files: list[TraceFile]) -> str | None:
             and estimate * 4 < available_memory_bytes():
         return str(RAM_STAGING_DIR)
     return None
+
+
+@contextmanager
+def staging_folder(files: list[TraceFile] = ()) -> Iterator[Path]:
+    """A private work folder in staging_dir(files), named so that a killed run's is swept
+    (load/stale.py); removed with what it holds when the block ends."""
+    folder = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir(list(files))))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # DuckDB may use this much memory per byte of trace events (at least MIN_MEMORY_LIMIT_BYTES):

@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 
 import traceanalyze.db as tracedb
-from traceanalyze.load.extension import native as _native
+from traceanalyze.extension import native as _native
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
 from traceanalyze.load.discover import TraceFile, is_protobuf
 from traceanalyze.load.rank_read import RankRead

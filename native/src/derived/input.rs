@@ -81,6 +81,17 @@ impl Shared {
         self.ids[i] != NONE
     }
 
+    /// Row `i`'s id into `distinct()`, none for a null.
+    pub fn id(&self, i: usize) -> Option<u32> {
+        let id = self.ids[i];
+        (id != NONE).then_some(id)
+    }
+
+    /// The distinct texts, by id.
+    pub fn distinct(&self) -> &[Box<str>] {
+        &self.texts
+    }
+
     fn intern(&mut self, text: &str) -> u32 {
         if let Some(&id) = self.index.get(text) {
             return id;

@@ -8,8 +8,8 @@
 mod collectives;
 mod flops;
 mod gpu;
-mod input;
-mod out;
+pub(crate) mod input;
+pub(crate) mod out;
 mod phases;
 mod regions;
 pub mod sqlfn;

@@ -122,11 +122,15 @@ impl Columns {
 
     /// `<dir>/<table>.parquet`; returns (table, rows).
     pub fn write(self, dir: &Path, table: &'static str) -> Result<(&'static str, usize), String> {
+        let rows = self.write_file(&dir.join(format!("{table}.parquet")))?;
+        Ok((table, rows))
+    }
+
+    /// The file `path`; returns its rows.
+    pub fn write_file(self, path: &Path) -> Result<usize, String> {
         let schema = self.schema();
-        let path = dir.join(format!("{table}.parquet"));
         let batch = RecordBatch::try_new(schema.clone(), self.arrays)
             .map_err(|e| format!("cannot write {} ({e})", path.display()))?;
-        let rows = write_batches(&path, schema, std::iter::once(Ok(batch)), NO_DICTIONARY)?;
-        Ok((table, rows))
+        write_batches(path, schema, std::iter::once(Ok(batch)), NO_DICTIONARY)
     }
 }

@@ -21,7 +21,7 @@ from types import ModuleType
 from urllib.parse import unquote, urlparse
 
 NAME = "traceanalyze._native"
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def load() -> ModuleType:
