@@ -148,7 +148,8 @@ fn write_inner(
     .map_err(|e| io_error("the Parquet file", out, e))?;
     let mut parse_s = started.elapsed().as_secs_f64() - stats.base_scan_s;
     // Each batch is encoded (and its one-pass tables' rows gathered) while the next one is
-    // parsed: on its own thread, fed through a channel of two batches, unless the read has one
+    // parsed: on its own thread, handed each batch as the parser finishes it (a rendezvous:
+    // at most one batch waits, the memory of the overlap), unless the read has one
     // thread. The rows, their order and the files are the same either way.
     let mut consume = |batch: RecordBatch, stats: &mut WriteStats| -> Result<(), TraceError> {
         let t = Instant::now();
@@ -182,7 +183,7 @@ fn write_inner(
             consume(batch, &mut stats)?;
         }
     } else {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(0);
         let mut encoded = WriteStats::default();
         let (parsed, written) = std::thread::scope(|scope| {
             let encoder = scope.spawn(|| -> Result<(), TraceError> {
