@@ -1,4 +1,4 @@
-"""The native crate's critical-path walk (native/src/critical_path.rs) against the Python walk it
+"""The native crate's critical-path walk (native/src/critical_walk.rs) against the Python walk it
 replaced (kept as the oracle in tests/data/critical_path_oracle.py), on generated steps: GPU work
 with and without launches and collectives, synchronizations, host-side collectives, host ops
 that nest or overlap, arrivals at collectives from one or many ranks, ties everywhere (small
@@ -99,7 +99,7 @@ def native_walk(con, rows: list[tuple], folder: Path) -> list[tuple]:
     return got
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(rows=steps(), order=st.randoms(use_true_random=False))
 def test_the_native_walk_gives_the_python_walks_segments(rows, order, con, tmp_path):

@@ -4,11 +4,11 @@
 //! `events` + `values` (one event -> typed values) -> `columns` (Arrow batches) -> `parquet_out` (the rank's raw_events.parquet) + `rank_tables` (its one-pass tables); `trace`
 //! drives them for one file. `pftrace` reads Perfetto protobuf traces into the same columns.
 //! `derived` builds a rank's tables that join the one-pass ones (the map's shard); the reduce's
-//! `critical_path` walks every aligned step's critical path across the ranks.
+//! `critical_walk` walks every aligned step's critical path across the ranks.
 //! `python` is the PyO3 boundary (no panic crosses it).
 
 pub mod columns;
-pub mod critical_path;
+pub mod critical_walk;
 pub mod derived;
 pub mod events;
 pub mod gathered;

@@ -544,7 +544,7 @@ fn walk_critical_path(py: Python<'_>, input: &str, output: &str) -> PyResult<usi
     );
     py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            crate::critical_path::walk_file(&input, &output)
+            crate::critical_walk::walk_file(&input, &output)
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     })

@@ -20,7 +20,7 @@ The walk, backwards from the end of the step on the rank with the longest step:
 Times are on each segment's own rank's clock (`on_rank`).
 
 What the walk reads of the aligned steps is gathered by one statement into a Parquet file in
-the caller's scratch folder; the walk itself is the native crate's (native/src/critical_path.rs:
+the caller's scratch folder; the walk itself is the native crate's (native/src/critical_walk.rs:
 it puts the rows in one order, walks each step and writes the segments beside it).
 """
 
