@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,8 +23,7 @@ import duckdb
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.stale import staging_prefix
-from traceanalyze.load.memory import limit_memory, staging_dir
+from traceanalyze.load.memory import limit_memory, staging_folder
 from traceanalyze.load.rank_read import RankRead
 from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, write_derived_tables,
                                     write_raw_events, write_table_rows)
@@ -62,26 +59,24 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
 def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None) -> dict:
     """`map_rank` for a caller that holds the rank's lock (shards.rank_lock)."""
     store.forget(tf.rank)
-    work = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir([tf])))
-    try:
-        local = fetched(tf, work)
-        target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
-        target.mkdir(parents=True, exist_ok=True)
-        with PrivateDatabase(work, estimated_uncompressed_bytes(local.path), threads) as database:
-            read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, work)
-        derived = derive_rank_tables(tf, read, target, threads or 0)
-        t0 = time.process_time()
-        rows = {**read.table_rows, **derived, **write_rank_rows(tf, read, target)}
-        files = shard_files(store, tf.rank, target)
-        read.stage_s["write_tables_cpu"] = time.process_time() - t0
-        manifest = rank_manifest(tf, read, {table: rows[table] for table in SHARD_TABLES}, files)
-        store.write_manifest(tf.rank, manifest)
-        return manifest
-    except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
-        store.drop_unfinished(tf.rank)
-        raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with staging_folder([tf]) as work:
+        try:
+            local = fetched(tf, work)
+            target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
+            target.mkdir(parents=True, exist_ok=True)
+            with PrivateDatabase(work, estimated_uncompressed_bytes(local.path), threads) as database:
+                read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, work)
+            derived = derive_rank_tables(tf, read, target, threads or 0)
+            t0 = time.process_time()
+            rows = {**read.table_rows, **derived, **write_rank_rows(tf, read, target)}
+            files = shard_files(store, tf.rank, target)
+            read.stage_s["write_tables_cpu"] = time.process_time() - t0
+            manifest = rank_manifest(tf, read, {table: rows[table] for table in SHARD_TABLES}, files)
+            store.write_manifest(tf.rank, manifest)
+            return manifest
+        except BaseException:  # bad input, interrupted: no tables without a manifest stay behind
+            store.drop_unfinished(tf.rank)
+            raise
 
 
 def fetched(tf: TraceFile, work: Path) -> TraceFile:
