@@ -215,248 +215,34 @@ fn forward_ranges(a: &Annotations) -> HashMap<String, Vec<(i64, i64)>> {
 
 impl Inputs {
     /// The inputs of the rank whose shard files are in `dir`.
+    /// `parallel`: the files of the host's ops (annotations, cpu_ops) read beside the others.
     pub fn read(
         dir: &Path,
         rank: i32,
         configs: Vec<PgConfig>,
         params: Params,
+        parallel: bool,
     ) -> Result<Inputs, String> {
-        use Kind::*;
-        let file = |t: &str| dir.join(format!("{t}.parquet"));
-        let mut a = Table::read(
-            &file("annotations"),
-            &[
-                ("step", I64),
-                ("name", Shared),
-                ("on_gpu", Flag),
-                ("tid", Shared),
-                ("ts_ns", I64),
-                ("end_ns", I64),
-                ("dur_ns", I64),
-                ("self_ns", I64),
-                ("input_dims", Few),
-                ("input_type", Few),
-            ],
-            None,
-            None,
-        )?;
-        let annotations = Annotations {
-            step: a.i64("step")?,
-            name: a.shared("name")?,
-            on_gpu: a.flag("on_gpu")?,
-            tid: a.shared("tid")?,
-            ts_ns: a.i64("ts_ns")?,
-            end_ns: a.i64("end_ns")?,
-            dur_ns: a.i64("dur_ns")?,
-            self_ns: a.i64("self_ns")?,
-            input_dims: a.few("input_dims")?,
-            input_type: a.few("input_type")?,
+        let (host, rest) = if parallel {
+            std::thread::scope(|scope| {
+                let rest = scope.spawn(|| read_devices_and_raw(dir));
+                let host = read_host_ops(dir);
+                let rest = rest.join().unwrap_or_else(|p| {
+                    Err(format!(
+                        "reading {} panicked ({})",
+                        dir.display(),
+                        p.downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown".into())
+                    ))
+                });
+                (host, rest)
+            })
+        } else {
+            (read_host_ops(dir), read_devices_and_raw(dir))
         };
-        // (the ops the FLOP formulas and step_batches read keep their shapes)
-        let forwards = forward_ranges(&annotations);
-        let pick: Pick = Box::new(move |b: &RecordBatch| {
-            let (Ok(names), Ok(tids)) = (BatchTexts::of(b, "name"), BatchTexts::of(b, "tid"))
-            else {
-                return vec![true; b.num_rows()];
-            };
-            let mut picked = names.picked(b.num_rows(), |n| {
-                matches!(n, "aten::embedding" | "aten::copy_") || tables::flop_family(n).is_some()
-            });
-            if !forwards.is_empty() {
-                let ts = crate::columns::by_name::<Int64Array>(b, "ts_ns").ok();
-                for (i, p) in picked.iter_mut().enumerate() {
-                    *p = *p
-                        || tids
-                            .get(i)
-                            .and_then(|t| forwards.get(t))
-                            .is_some_and(|spans| {
-                                let Some(t) = ts.and_then(|ts| at(ts, i)) else {
-                                    return false;
-                                };
-                                let k = spans.partition_point(|s| s.0 <= t);
-                                spans[..k].iter().any(|s| t < s.1)
-                            });
-                }
-            }
-            picked
-        });
-        let mut c = Table::read(
-            &file("cpu_ops"),
-            &[
-                ("step", I64),
-                ("name", Shared),
-                ("pid", Shared),
-                ("tid", Shared),
-                ("ts_ns", I64),
-                ("end_ns", I64),
-                ("dur_ns", I64),
-                ("self_ns", I64),
-                ("external_id", I64),
-                ("input_dims", FewPicked),
-                ("input_type", FewPicked),
-                ("collective_name", Few),
-                ("in_msg_nelems", FewI64),
-                ("dtype", Few),
-                ("pg_name", Few),
-                ("pg_desc", Few),
-                ("pg_ranks", Few),
-                ("collective_seq", FewI64),
-                ("peer_group_rank", FewI32),
-            ],
-            None,
-            Some(pick),
-        )?;
-        let cpu_ops = CpuOps {
-            step: c.i64("step")?,
-            name: c.shared("name")?,
-            pid: c.shared("pid")?,
-            tid: c.shared("tid")?,
-            ts_ns: c.i64("ts_ns")?,
-            end_ns: c.i64("end_ns")?,
-            dur_ns: c.i64("dur_ns")?,
-            self_ns: c.i64("self_ns")?,
-            external_id: c.i64("external_id")?,
-            input_dims: c.few("input_dims")?,
-            input_type: c.few("input_type")?,
-            collective_name: c.few("collective_name")?,
-            in_msg_nelems: c.few_i64("in_msg_nelems")?,
-            dtype: c.few("dtype")?,
-            pg_name: c.few("pg_name")?,
-            pg_desc: c.few("pg_desc")?,
-            pg_ranks: c.few("pg_ranks")?,
-            collective_seq: c.few_i64("collective_seq")?,
-            peer_group_rank: c.few_i32("peer_group_rank")?,
-        };
-        let mut r = Table::read(
-            &file("runtime"),
-            &[
-                ("step", I64),
-                ("name", Shared),
-                ("tid", Shared),
-                ("ts_ns", I64),
-                ("end_ns", I64),
-                ("correlation", I64),
-                ("is_sync", Flag),
-            ],
-            None,
-            None,
-        )?;
-        let runtime = Runtime {
-            step: r.i64("step")?,
-            name: r.shared("name")?,
-            tid: r.shared("tid")?,
-            ts_ns: r.i64("ts_ns")?,
-            end_ns: r.i64("end_ns")?,
-            correlation: r.i64("correlation")?,
-            is_sync: r.flag("is_sync")?,
-        };
-        let mut k = Table::read(
-            &file("kernels"),
-            &[
-                ("step", I64),
-                ("kind", Shared),
-                ("name", Shared),
-                ("device", I32),
-                ("stream", I64),
-                ("ts_ns", I64),
-                ("dur_ns", I64),
-                ("end_ns", I64),
-                ("correlation", I64),
-                ("external_id", I64),
-                ("launch_ts_ns", I64),
-                ("copy_bytes", FewI64),
-                ("collective_name", Few),
-                ("in_msg_nelems", FewI64),
-                ("dtype", Few),
-                ("pg_name", Few),
-                ("pg_desc", Few),
-                ("pg_ranks", Few),
-                ("collective_seq", FewI64),
-                ("peer_group_rank", FewI32),
-                ("counters", Few),
-            ],
-            None,
-            None,
-        )?;
-        let kernels = Kernels {
-            step: k.i64("step")?,
-            kind: k.shared("kind")?,
-            name: k.shared("name")?,
-            device: k.i32("device")?,
-            stream: k.i64("stream")?,
-            ts_ns: k.i64("ts_ns")?,
-            dur_ns: k.i64("dur_ns")?,
-            end_ns: k.i64("end_ns")?,
-            correlation: k.i64("correlation")?,
-            external_id: k.i64("external_id")?,
-            launch_ts_ns: k.i64("launch_ts_ns")?,
-            copy_bytes: k.few_i64("copy_bytes")?,
-            collective_name: k.few("collective_name")?,
-            in_msg_nelems: k.few_i64("in_msg_nelems")?,
-            dtype: k.few("dtype")?,
-            pg_name: k.few("pg_name")?,
-            pg_desc: k.few("pg_desc")?,
-            pg_ranks: k.few("pg_ranks")?,
-            collective_seq: k.few_i64("collective_seq")?,
-            peer_group_rank: k.few_i32("peer_group_rank")?,
-            counters: k.few("counters")?,
-        };
-        let keep: Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send> =
-            Box::new(|b| Ok(BooleanArray::from(by_name(b, kept_raw_name)?)));
-        let args: Pick = Box::new(|b: &RecordBatch| {
-            by_name(b, reads_args).unwrap_or_else(|_| vec![true; b.num_rows()])
-        });
-        let mut e = Table::read(
-            &file("raw_events"),
-            &[
-                ("ph", Shared),
-                ("cat", Shared),
-                ("name", Shared),
-                ("pid", Shared),
-                ("tid", Shared),
-                ("ts_ns", I64),
-                ("dur_ns", I64),
-                ("external_id", I64),
-                ("input_dims", Few),
-                ("input_type", Few),
-                ("other_args", FewPicked),
-                ("collective_name", Few),
-                ("in_msg_nelems", FewI64),
-                ("out_msg_nelems", FewI64),
-                ("dtype", Few),
-                ("addr", Few),
-                ("device_type", FewI32),
-                ("device_id", FewI32),
-                ("bytes", FewI64),
-                ("total_allocated_bytes", FewI64),
-                ("total_reserved_bytes", FewI64),
-            ],
-            Some((&["name"], keep)),
-            Some(args),
-        )?;
-        let raw = RawEvents {
-            ph: e.shared("ph")?,
-            cat: e.shared("cat")?,
-            name: e.shared("name")?,
-            pid: e.shared("pid")?,
-            tid: e.shared("tid")?,
-            ts_ns: e.i64("ts_ns")?,
-            dur_ns: e.i64("dur_ns")?,
-            external_id: e.i64("external_id")?,
-            input_dims: e.few("input_dims")?,
-            input_type: e.few("input_type")?,
-            other_args: e.few("other_args")?,
-            collective_name: e.few("collective_name")?,
-            in_msg_nelems: e.few_i64("in_msg_nelems")?,
-            out_msg_nelems: e.few_i64("out_msg_nelems")?,
-            dtype: e.few("dtype")?,
-            addr: e.few("addr")?,
-            device_type: e.few_i32("device_type")?,
-            device_id: e.few_i32("device_id")?,
-            bytes: e.few_i64("bytes")?,
-            total_allocated_bytes: e.few_i64("total_allocated_bytes")?,
-            total_reserved_bytes: e.few_i64("total_reserved_bytes")?,
-        };
+        let ((annotations, cpu_ops), (runtime, kernels, raw)) = (host?, rest?);
         Ok(Inputs {
             rank,
             steps: Steps::read(dir)?,
@@ -469,6 +255,255 @@ impl Inputs {
             params,
         })
     }
+}
+
+/// The annotations and the CPU ops of the shard folder `dir` (the ops inside a DDP forward
+/// pass keep their shapes).
+fn read_host_ops(dir: &Path) -> Result<(Annotations, CpuOps), String> {
+    use Kind::*;
+    let file = |t: &str| dir.join(format!("{t}.parquet"));
+    let mut a = Table::read(
+        &file("annotations"),
+        &[
+            ("step", I64),
+            ("name", Shared),
+            ("on_gpu", Flag),
+            ("tid", Shared),
+            ("ts_ns", I64),
+            ("end_ns", I64),
+            ("dur_ns", I64),
+            ("self_ns", I64),
+            ("input_dims", Few),
+            ("input_type", Few),
+        ],
+        None,
+        None,
+    )?;
+    let annotations = Annotations {
+        step: a.i64("step")?,
+        name: a.shared("name")?,
+        on_gpu: a.flag("on_gpu")?,
+        tid: a.shared("tid")?,
+        ts_ns: a.i64("ts_ns")?,
+        end_ns: a.i64("end_ns")?,
+        dur_ns: a.i64("dur_ns")?,
+        self_ns: a.i64("self_ns")?,
+        input_dims: a.few("input_dims")?,
+        input_type: a.few("input_type")?,
+    };
+    // (the ops the FLOP formulas and step_batches read keep their shapes)
+    let forwards = forward_ranges(&annotations);
+    let pick: Pick = Box::new(move |b: &RecordBatch| {
+        let (Ok(names), Ok(tids)) = (BatchTexts::of(b, "name"), BatchTexts::of(b, "tid")) else {
+            return vec![true; b.num_rows()];
+        };
+        let mut picked = names.picked(b.num_rows(), |n| {
+            matches!(n, "aten::embedding" | "aten::copy_") || tables::flop_family(n).is_some()
+        });
+        if !forwards.is_empty() {
+            let ts = crate::columns::by_name::<Int64Array>(b, "ts_ns").ok();
+            for (i, p) in picked.iter_mut().enumerate() {
+                *p = *p
+                    || tids
+                        .get(i)
+                        .and_then(|t| forwards.get(t))
+                        .is_some_and(|spans| {
+                            let Some(t) = ts.and_then(|ts| at(ts, i)) else {
+                                return false;
+                            };
+                            let k = spans.partition_point(|s| s.0 <= t);
+                            spans[..k].iter().any(|s| t < s.1)
+                        });
+            }
+        }
+        picked
+    });
+    let mut c = Table::read(
+        &file("cpu_ops"),
+        &[
+            ("step", I64),
+            ("name", Shared),
+            ("pid", Shared),
+            ("tid", Shared),
+            ("ts_ns", I64),
+            ("end_ns", I64),
+            ("dur_ns", I64),
+            ("self_ns", I64),
+            ("external_id", I64),
+            ("input_dims", FewPicked),
+            ("input_type", FewPicked),
+            ("collective_name", Few),
+            ("in_msg_nelems", FewI64),
+            ("dtype", Few),
+            ("pg_name", Few),
+            ("pg_desc", Few),
+            ("pg_ranks", Few),
+            ("collective_seq", FewI64),
+            ("peer_group_rank", FewI32),
+        ],
+        None,
+        Some(pick),
+    )?;
+    let cpu_ops = CpuOps {
+        step: c.i64("step")?,
+        name: c.shared("name")?,
+        pid: c.shared("pid")?,
+        tid: c.shared("tid")?,
+        ts_ns: c.i64("ts_ns")?,
+        end_ns: c.i64("end_ns")?,
+        dur_ns: c.i64("dur_ns")?,
+        self_ns: c.i64("self_ns")?,
+        external_id: c.i64("external_id")?,
+        input_dims: c.few("input_dims")?,
+        input_type: c.few("input_type")?,
+        collective_name: c.few("collective_name")?,
+        in_msg_nelems: c.few_i64("in_msg_nelems")?,
+        dtype: c.few("dtype")?,
+        pg_name: c.few("pg_name")?,
+        pg_desc: c.few("pg_desc")?,
+        pg_ranks: c.few("pg_ranks")?,
+        collective_seq: c.few_i64("collective_seq")?,
+        peer_group_rank: c.few_i32("peer_group_rank")?,
+    };
+    Ok((annotations, cpu_ops))
+}
+
+/// The runtime calls, the kernels and the raw events only they hold (allocator events, step
+/// marks, the args the formulas read) of the shard folder `dir`.
+fn read_devices_and_raw(dir: &Path) -> Result<(Runtime, Kernels, RawEvents), String> {
+    use Kind::*;
+    let file = |t: &str| dir.join(format!("{t}.parquet"));
+    let mut r = Table::read(
+        &file("runtime"),
+        &[
+            ("step", I64),
+            ("name", Shared),
+            ("tid", Shared),
+            ("ts_ns", I64),
+            ("end_ns", I64),
+            ("correlation", I64),
+            ("is_sync", Flag),
+        ],
+        None,
+        None,
+    )?;
+    let runtime = Runtime {
+        step: r.i64("step")?,
+        name: r.shared("name")?,
+        tid: r.shared("tid")?,
+        ts_ns: r.i64("ts_ns")?,
+        end_ns: r.i64("end_ns")?,
+        correlation: r.i64("correlation")?,
+        is_sync: r.flag("is_sync")?,
+    };
+    let mut k = Table::read(
+        &file("kernels"),
+        &[
+            ("step", I64),
+            ("kind", Shared),
+            ("name", Shared),
+            ("device", I32),
+            ("stream", I64),
+            ("ts_ns", I64),
+            ("dur_ns", I64),
+            ("end_ns", I64),
+            ("correlation", I64),
+            ("external_id", I64),
+            ("launch_ts_ns", I64),
+            ("copy_bytes", FewI64),
+            ("collective_name", Few),
+            ("in_msg_nelems", FewI64),
+            ("dtype", Few),
+            ("pg_name", Few),
+            ("pg_desc", Few),
+            ("pg_ranks", Few),
+            ("collective_seq", FewI64),
+            ("peer_group_rank", FewI32),
+            ("counters", Few),
+        ],
+        None,
+        None,
+    )?;
+    let kernels = Kernels {
+        step: k.i64("step")?,
+        kind: k.shared("kind")?,
+        name: k.shared("name")?,
+        device: k.i32("device")?,
+        stream: k.i64("stream")?,
+        ts_ns: k.i64("ts_ns")?,
+        dur_ns: k.i64("dur_ns")?,
+        end_ns: k.i64("end_ns")?,
+        correlation: k.i64("correlation")?,
+        external_id: k.i64("external_id")?,
+        launch_ts_ns: k.i64("launch_ts_ns")?,
+        copy_bytes: k.few_i64("copy_bytes")?,
+        collective_name: k.few("collective_name")?,
+        in_msg_nelems: k.few_i64("in_msg_nelems")?,
+        dtype: k.few("dtype")?,
+        pg_name: k.few("pg_name")?,
+        pg_desc: k.few("pg_desc")?,
+        pg_ranks: k.few("pg_ranks")?,
+        collective_seq: k.few_i64("collective_seq")?,
+        peer_group_rank: k.few_i32("peer_group_rank")?,
+        counters: k.few("counters")?,
+    };
+    let keep: Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send> =
+        Box::new(|b| Ok(BooleanArray::from(by_name(b, kept_raw_name)?)));
+    let args: Pick = Box::new(|b: &RecordBatch| {
+        by_name(b, reads_args).unwrap_or_else(|_| vec![true; b.num_rows()])
+    });
+    let mut e = Table::read(
+        &file("raw_events"),
+        &[
+            ("ph", Shared),
+            ("cat", Shared),
+            ("name", Shared),
+            ("pid", Shared),
+            ("tid", Shared),
+            ("ts_ns", I64),
+            ("dur_ns", I64),
+            ("external_id", I64),
+            ("input_dims", Few),
+            ("input_type", Few),
+            ("other_args", FewPicked),
+            ("collective_name", Few),
+            ("in_msg_nelems", FewI64),
+            ("out_msg_nelems", FewI64),
+            ("dtype", Few),
+            ("addr", Few),
+            ("device_type", FewI32),
+            ("device_id", FewI32),
+            ("bytes", FewI64),
+            ("total_allocated_bytes", FewI64),
+            ("total_reserved_bytes", FewI64),
+        ],
+        Some((&["name"], keep)),
+        Some(args),
+    )?;
+    let raw = RawEvents {
+        ph: e.shared("ph")?,
+        cat: e.shared("cat")?,
+        name: e.shared("name")?,
+        pid: e.shared("pid")?,
+        tid: e.shared("tid")?,
+        ts_ns: e.i64("ts_ns")?,
+        dur_ns: e.i64("dur_ns")?,
+        external_id: e.i64("external_id")?,
+        input_dims: e.few("input_dims")?,
+        input_type: e.few("input_type")?,
+        other_args: e.few("other_args")?,
+        collective_name: e.few("collective_name")?,
+        in_msg_nelems: e.few_i64("in_msg_nelems")?,
+        out_msg_nelems: e.few_i64("out_msg_nelems")?,
+        dtype: e.few("dtype")?,
+        addr: e.few("addr")?,
+        device_type: e.few_i32("device_type")?,
+        device_id: e.few_i32("device_id")?,
+        bytes: e.few_i64("bytes")?,
+        total_allocated_bytes: e.few_i64("total_allocated_bytes")?,
+        total_reserved_bytes: e.few_i64("total_reserved_bytes")?,
+    };
+    Ok((runtime, kernels, raw))
 }
 
 /// What building one table cost: (table, rows, seconds of this thread).
@@ -512,7 +547,7 @@ pub fn derive_tables(
         clock: Instant::now(),
         built: Vec::new(),
     };
-    let x = Inputs::read(dir, rank, configs, params)?;
+    let x = Inputs::read(dir, rank, configs, params, parallel)?;
     laps.lap("inputs", 0);
     let apart = |laps: &mut Laps| -> Result<(), String> {
         laps.write(tables::memcpy(&x), "memcpy")?;
