@@ -145,7 +145,8 @@ fn nulls_last(v: Option<i64>) -> (bool, i64) {
 }
 
 /// The walk's inputs at `input` -> its segments at `output` (columns rank, step, seq, kind,
-/// name, ts_ns, dur_ns, on_rank); returns the segments' count.
+/// name, ts_ns, dur_ns, on_rank); returns the segments' count. A row without step, src, rank,
+/// k1 or k2 is left out.
 pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
     let mut t = Table::read(
         input,

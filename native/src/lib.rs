@@ -27,6 +27,14 @@ pub mod values;
 
 pub use trace::{Limits, Outcome, TraceError, TraceParser};
 
+/// The message of a caught panic (`catch_unwind`, a thread's `join`), "unknown" when it is none.
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Read a whole file (tests, fuzzing): every batch and the outcome, or the error.
 pub fn read_all(
     path: &std::path::Path,

@@ -206,7 +206,7 @@ fn write_inner(
             drop(sender);
             let written = encoder.join().unwrap_or_else(|p| {
                 Err(TraceError {
-                    message: format!("the Parquet writer panicked ({})", panic_text(&p)),
+                    message: format!("the Parquet writer panicked ({})", crate::panic_text(&*p)),
                     offset: None,
                 })
             });
@@ -219,7 +219,6 @@ fn write_inner(
         stats.tables_s = encoded.tables_s;
         stats.write_s = encoded.write_s;
     }
-    drop(consume);
     let t = Instant::now();
     let meta = writer
         .close()
@@ -243,13 +242,6 @@ fn write_inner(
         }
     }
     Ok((parser.outcome, stats))
-}
-
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn begin_end_rows(batch: &RecordBatch) -> u64 {

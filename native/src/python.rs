@@ -31,11 +31,7 @@ struct Shared {
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    let text = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown".into());
+    let text = crate::panic_text(&*p);
     format!("internal error in the trace reader (a bug, please report it): {text}")
 }
 

@@ -228,14 +228,8 @@ impl Inputs {
                 let rest = scope.spawn(|| read_devices_and_raw(dir));
                 let host = read_host_ops(dir);
                 let rest = rest.join().unwrap_or_else(|p| {
-                    Err(format!(
-                        "reading {} panicked ({})",
-                        dir.display(),
-                        p.downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "unknown".into())
-                    ))
+                    let text = crate::panic_text(&*p);
+                    Err(format!("reading {} panicked ({text})", dir.display()))
                 });
                 (host, rest)
             })
