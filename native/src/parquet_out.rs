@@ -147,10 +147,12 @@ fn write_inner(
     )
     .map_err(|e| io_error("the Parquet file", out, e))?;
     let mut parse_s = started.elapsed().as_secs_f64() - stats.base_scan_s;
-    // Each batch is encoded (and its one-pass tables' rows gathered) while the next one is
-    // parsed: on its own thread, handed each batch as the parser finishes it (a rendezvous:
-    // at most one batch waits, the memory of the overlap), unless the read has one
-    // thread. The rows, their order and the files are the same either way.
+    // Each block's batches are encoded (and their one-pass tables' rows gathered) while the
+    // next block is parsed: on their own thread, handed a block at a time as the parser
+    // finishes it (a rendezvous: at most one parsed block waits, the memory of the overlap;
+    // handed a batch at a time, the parser sat idle while the encoder drained the block's
+    // other batches), unless the read has one thread. The rows, their order and the files
+    // are the same either way.
     let mut consume = |batch: RecordBatch, stats: &mut WriteStats| -> Result<(), TraceError> {
         let t = Instant::now();
         stats.begin_end_rows += begin_end_rows(&batch);
@@ -183,12 +185,14 @@ fn write_inner(
             consume(batch, &mut stats)?;
         }
     } else {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(0);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<RecordBatch>>(0);
         let mut encoded = WriteStats::default();
         let (parsed, written) = std::thread::scope(|scope| {
             let encoder = scope.spawn(|| -> Result<(), TraceError> {
-                for batch in receiver {
-                    consume(batch, &mut encoded)?;
+                for block in receiver {
+                    for batch in block {
+                        consume(batch, &mut encoded)?;
+                    }
                 }
                 Ok(())
             });
@@ -198,7 +202,10 @@ fn write_inner(
                     let batch = parser.next_batch()?;
                     parse_s += t.elapsed().as_secs_f64();
                     let Some(batch) = batch else { return Ok(()) };
-                    if sender.send(batch).is_err() {
+                    // (the block's other batches, decoded with it)
+                    let block: Vec<RecordBatch> =
+                        std::iter::once(batch).chain(parser.ready().drain(..)).collect();
+                    if sender.send(block).is_err() {
                         return Ok(()); // (the encoder stopped: its error is the one to report)
                     }
                 }
