@@ -391,17 +391,18 @@ def _stages(r: dict) -> str:
                      if not k.startswith(TABLE_KEY) and (r["tool"] != "traceanalyze (re-run)" or k == "reduce_cpu"))
 
 
-TABLE_KEY = "table_cpu."  # the manifest's per-table stage entries (each derived table; SQL files before 2026-12)
+TABLE_KEY = "table_cpu."  # the manifest's per-table stage entries (each one-pass and derived table; SQL files before 2026-12)
 
 
 def table_costs(results: list[dict]) -> str:
-    """Seconds of each per-rank table in the cold runs (this checkout's: each table the reader
-    derives, and reading the one-pass tables back; an older checkout's: each per-rank SQL file),
-    most expensive first, with its share of all of them."""
+    """Seconds of each per-rank table in the cold runs (this checkout's: each one-pass table
+    the reader finishes once the events are read, gathering their rows while it parses, each
+    table it derives, and reading the one-pass tables back; an older checkout's: each per-rank
+    SQL file), most expensive first, with its share of all of them."""
     runs = [r for r in results if r.get("ok") and r["tool"] in ("traceanalyze", "previous")]
     if not any(k.startswith(TABLE_KEY) for r in runs for k in r.get("stages", {})):
         return ""
-    head = "| per-rank table (derived table, or SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
+    head = "| per-rank table (one-pass or derived table, or SQL file) | " + " | ".join(f"{r['size']} {r['tool']}" for r in runs) + " |"
     rows = [head, "|---|" + "---:|" * len(runs)]
     costs = [{k: float(v) for k, v in r["stages"].items() if k.startswith(TABLE_KEY)} for r in runs]
     names = sorted({k for c in costs for k in c}, key=lambda k: (-max(c.get(k, 0.0) for c in costs), k))

@@ -26,7 +26,7 @@ from conftest import FIXTURES, run_cli
 from traceanalyze.load import load_trace_dir, reduce
 from traceanalyze.extension import native as _native
 from traceanalyze.load.map import map_rank
-from traceanalyze.load.read import DERIVED_TABLES
+from traceanalyze.load.read import DERIVED_TABLES, NATIVE_TABLES
 from traceanalyze.load.discover import identify
 from traceanalyze.load.shards import LOCK, MANIFEST, SHARD_TABLES
 from traceanalyze.load.verify import verify_shard, verify_shards
@@ -290,9 +290,10 @@ def test_the_manifest_times_each_per_rank_table(shard_sets):
     """The map's stage times name every table the reader derives from its one-pass tables (the
     schema's tables that are neither raw, one-pass nor the map's own rows, listed here from
     schema.sql) and reading those back ("inputs"), with their seconds, and the whole stage's CPU
-    seconds (`tables_cpu`): what bench/bench_load.py prints per table. No SQL file builds a
-    per-rank table, and the tables the reader builds as it parses are timed as one stage of the
-    read (native_tables_wall)."""
+    seconds (`tables_cpu`), and each one-pass table the reader finishes once the events are
+    read (the schema's tables from `threads` to `kernels`) and gathering their rows
+    ("gathering"): what bench/bench_load.py prints per table. No SQL file builds a per-rank
+    table."""
     root = Path(__file__).resolve().parent.parent / "traceanalyze" / "db"
     assert not (root / "tables" / "per_rank").exists() or not list((root / "tables" / "per_rank").glob("*.sql"))
     schema = (root / "schema.sql").read_text()
@@ -301,9 +302,11 @@ def test_the_manifest_times_each_per_rank_table(shard_sets):
     derived = set(in_schema[first_derived:after])
     assert {"collectives", "phase_intervals", "op_flops", "step_regions"} <= derived and "cpu_ops" not in derived
     assert derived == set(DERIVED_TABLES) == set(_native.derived_tables())
+    one_pass = set(in_schema[in_schema.index("threads"):in_schema.index("kernels") + 1])
+    assert one_pass == set(NATIVE_TABLES), one_pass
     for rank in range(4):
         stages = json.loads((shard_sets["kept"] / f"rank={rank}" / MANIFEST).read_text())["stage_s"]
         timed = {k.removeprefix("table_cpu."): v for k, v in stages.items() if k.startswith("table_cpu.")}
-        assert set(timed) == derived | {"inputs"}, rank
+        assert set(timed) == derived | one_pass | {"inputs", "gathering"}, rank
         assert all(v >= 0 for v in timed.values())
         assert stages["native_tables_wall"] >= 0 and stages["tables_cpu"] >= 0

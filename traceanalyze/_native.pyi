@@ -42,12 +42,14 @@ def write_raw_events_parquet(
     """The trace's events as the Parquet file `out` (and, with `tables_dir`, its one-pass tables
     there, classifying kernels by `kernel_classes`, db/kernel_classes.csv's rows: required with
     `tables_dir`); result() keys plus rows, row_groups, begin_end_rows, parquet_bytes, parse_s,
-    write_s, base_scan_s, tables_s, tables {table: rows}."""
+    write_s, base_scan_s, tables_s (of which gather_s), table_s {table: seconds}, tables {table: rows}."""
 
 def rank_tables_of_parquet(raw: str, tables_dir: str, rank: int, cut_short: tuple[int, int] = (1, 10),
                            scratch_dir: str | None = None,
-                           kernel_classes: list[tuple[int, str, str, str]] | None = None) -> dict[str, int]:
-    """The one-pass tables of a rank's raw_events.parquet, written into `tables_dir`."""
+                           kernel_classes: list[tuple[int, str, str, str]] | None = None
+                           ) -> tuple[dict[str, int], dict[str, Any], dict[str, float]]:
+    """The one-pass tables of a rank's raw_events.parquet, written into `tables_dir`: their
+    rows, the events' issues, each table's seconds."""
 
 def p2p_peer_arg(name: str | None, other_args: str | None) -> int | None: ...
 def arg_fields() -> list[tuple[str, str, str]]: ...

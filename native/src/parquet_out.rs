@@ -59,6 +59,10 @@ pub struct WriteStats {
     pub issues: EventIssues,
     /// seconds spent gathering and writing those tables
     pub tables_s: f64,
+    /// of which gathering their rows while the events are encoded (the encoder's thread)
+    pub gather_s: f64,
+    /// and each table's seconds once the events are read (`rank_tables::Finished::seconds`)
+    pub table_s: Vec<(&'static str, f64)>,
 }
 
 /// Where the one-pass tables go (a folder), where their gathered rows may wait (a private
@@ -162,7 +166,7 @@ fn write_inner(
             tables
                 .add(&batch)
                 .map_err(|e| io_error("the tables of", out, e))?;
-            stats.tables_s += t.elapsed().as_secs_f64();
+            stats.gather_s += t.elapsed().as_secs_f64();
         }
         let rank_col: ArrayRef = Arc::new(Int32Array::from_value(rank, batch.num_rows()));
         let mut columns = Vec::with_capacity(batch.num_columns() + 1);
@@ -223,7 +227,7 @@ fn write_inner(
         parsed?;
         stats.begin_end_rows = encoded.begin_end_rows;
         stats.rows = encoded.rows;
-        stats.tables_s = encoded.tables_s;
+        stats.gather_s = encoded.gather_s;
         stats.write_s = encoded.write_s;
     }
     let t = Instant::now();
@@ -232,6 +236,7 @@ fn write_inner(
         .map_err(|e| io_error("the Parquet file", out, e))?;
     stats.write_s += t.elapsed().as_secs_f64();
     stats.parse_s = parse_s;
+    stats.tables_s = stats.gather_s;
     stats.row_groups = meta.row_groups.len();
     stats.parquet_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     if let (Some(tables), Some(to)) = (tables, tables_out) {
@@ -245,6 +250,7 @@ fn write_inner(
                 })?;
             stats.tables = finished.rows;
             stats.issues = finished.issues;
+            stats.table_s = finished.seconds;
             stats.tables_s += t.elapsed().as_secs_f64();
         }
     }

@@ -309,6 +309,11 @@ fn write_raw_events_parquet<'py>(
     d.set_item("write_s", stats.write_s)?;
     d.set_item("base_scan_s", stats.base_scan_s)?;
     d.set_item("tables_s", stats.tables_s)?;
+    d.set_item("gather_s", stats.gather_s)?;
+    d.set_item(
+        "table_s",
+        PyDict::from_sequence(&PyList::new(py, stats.table_s)?.into_any())?,
+    )?;
     d.set_item(
         "tables",
         PyDict::from_sequence(&PyList::new(py, stats.tables)?.into_any())?,
@@ -365,7 +370,7 @@ fn cut_of((numerator, denominator): (i64, i64)) -> PyResult<CutShort> {
 
 /// The one-pass tables of a rank's raw_events.parquet `raw` (the map's rows after it fixed
 /// them: B/E pairs, a late time base, a Perfetto trace) written into `tables_dir`; returns
-/// ({table: rows}, the events' issues). Raises ValueError with a one-line message when a file
+/// ({table: rows}, the events' issues, {table: seconds}). Raises ValueError with a one-line message when a file
 /// cannot be read or written.
 #[pyfunction]
 #[pyo3(signature = (raw, tables_dir, rank, cut_short = (1, 10), scratch_dir = None, kernel_classes = None))]
@@ -377,7 +382,7 @@ fn rank_tables_of_parquet<'py>(
     cut_short: (i64, i64),
     scratch_dir: Option<&str>,
     kernel_classes: Option<Vec<(i64, String, String, String)>>,
-) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let cut = cut_of(cut_short)?;
     let classes = classes_of_arg(true, kernel_classes)?;
     let (raw, dir) = (
@@ -393,7 +398,8 @@ fn rank_tables_of_parquet<'py>(
     });
     let finished = got.map_err(PyValueError::new_err)?;
     let rows = PyDict::from_sequence(&PyList::new(py, finished.rows)?.into_any())?;
-    Ok((rows, issues_dict(py, &finished.issues)?))
+    let seconds = PyDict::from_sequence(&PyList::new(py, finished.seconds)?.into_any())?;
+    Ok((rows, issues_dict(py, &finished.issues)?, seconds))
 }
 
 /// Rows (tuples) of a small table written as the Parquet file `path`: `columns` are its

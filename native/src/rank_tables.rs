@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use arrow_array::{
     Array, ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -220,6 +221,9 @@ pub struct EventIssues {
 pub struct Finished {
     pub rows: Vec<(&'static str, usize)>,
     pub issues: EventIssues,
+    /// each table's seconds on the thread that built and wrote it (wall; the kernels' include
+    /// matching them to their launching calls)
+    pub seconds: Vec<(&'static str, f64)>,
 }
 
 pub struct RankTables {
@@ -527,14 +531,20 @@ impl RankTables {
             let s = steps.get(k.checked_sub(1)?)?;
             (ts < s.end_ns).then_some(s.step)
         };
-        let mut rows = vec![
-            write_table("threads", dir, std::iter::once(self.threads_batch()))?,
-            write_table(
-                "steps",
-                dir,
-                std::iter::once(steps_batch(rank, &steps, synthetic, cut)),
-            )?,
-        ];
+        let clock = Instant::now();
+        let mut rows = vec![write_table(
+            "threads",
+            dir,
+            std::iter::once(self.threads_batch()),
+        )?];
+        let mut seconds = vec![("threads", clock.elapsed().as_secs_f64())];
+        let clock = Instant::now();
+        rows.push(write_table(
+            "steps",
+            dir,
+            std::iter::once(steps_batch(rank, &steps, synthetic, cut)),
+        )?);
+        seconds.push(("steps", clock.elapsed().as_secs_f64()));
         let RankTables {
             cpu_ops,
             annotations,
@@ -544,9 +554,15 @@ impl RankTables {
         } = self;
         // (the kernels' launching calls, read before the runtime rows are written)
         let gathering = |e: ArrowError| format!("cannot gather the rows of kernels ({e})");
+        let clock = Instant::now();
         let launches = Launches::of(&mut runtime, &step_of).map_err(gathering)?;
         let pairs = range_pairs(&mut kernels, &launches).map_err(gathering)?;
+        let launches_s = clock.elapsed().as_secs_f64();
+        let timed = |table: &'static str, clock: Instant, written: Result<(&'static str, usize), String>| {
+            written.map(|w| (w, (table, clock.elapsed().as_secs_f64())))
+        };
         let write_kernels = |parts: Gathered| {
+            let clock = Instant::now();
             let mut kinds = HashMap::new();
             let mut first = 0;
             let batches = parts.into_parts().map_err(gathering)?.map(|part| {
@@ -568,9 +584,10 @@ impl RankTables {
                 }
                 batch
             });
-            write_table("kernels", dir, batches)
+            timed("kernels", clock, write_table("kernels", dir, batches))
         };
         let write = |(table, mut parts): (&'static str, Gathered)| {
+            let clock = Instant::now();
             let fail = |e: ArrowError| format!("cannot gather the rows of {table} ({e})");
             let self_ns = match table {
                 "cpu_ops" | "annotations" => self_times_of(&mut parts).map_err(fail)?,
@@ -583,7 +600,7 @@ impl RankTables {
                 first = rows.end;
                 rows_batch(table, rank, &part, &step_of, self_ns.get(rows))
             });
-            write_table(table, dir, batches)
+            timed(table, clock, write_table(table, dir, batches))
         };
         let events = [
             ("cpu_ops", cpu_ops),
@@ -607,17 +624,30 @@ impl RankTables {
                     .collect()
             });
             for w in written {
-                rows.push(w?);
+                let (w, s) = w?;
+                rows.push(w);
+                seconds.push(s);
             }
         } else {
             for table in events {
-                rows.push(write(table)?);
+                let (w, s) = write(table)?;
+                rows.push(w);
+                seconds.push(s);
             }
-            rows.push(write_kernels(kernels)?);
+            let (w, s) = write_kernels(kernels)?;
+            rows.push(w);
+            seconds.push(s);
+        }
+        if let Some(k) = seconds.iter_mut().find(|(t, _)| *t == "kernels") {
+            k.1 += launches_s;
         }
         issues.range_kernels = range_rows.into_inner();
         issues.range_kernels_paired = range_paired.into_inner();
-        Ok(Finished { rows, issues })
+        Ok(Finished {
+            rows,
+            issues,
+            seconds,
+        })
     }
 
     fn threads_batch(&self) -> Result<RecordBatch, ArrowError> {
@@ -996,6 +1026,7 @@ pub fn tables_of_raw_parquet(
         .map_err(|e| fail(&e))?;
     let columns = crate::columns::schema();
     let mut tables = RankTables::new(rank, Some((scratch, SPILL_BYTES)));
+    let clock = Instant::now();
     for batch in reader {
         let batch = batch.map_err(|e| fail(&e))?;
         // (drop `rank`; the file's columns are the batches' own, by name)
@@ -1012,7 +1043,10 @@ pub fn tables_of_raw_parquet(
         .map_err(|e| fail(&e))?;
         tables.add(&events).map_err(|e| fail(&e))?;
     }
-    tables.finish(cut, dir, false, classes)
+    let gathering = ("gathering", clock.elapsed().as_secs_f64());
+    let mut finished = tables.finish(cut, dir, false, classes)?;
+    finished.seconds.push(gathering);
+    Ok(finished)
 }
 
 #[cfg(test)]

@@ -132,7 +132,11 @@ def write_raw_events(database: Callable[[], duckdb.DuckDBPyConnection], tf: Trac
     shift = base_time_ns(metadata) - out_dict["base_ns"]
     stages = {"read_parse_write_cpu": time.process_time() - cpu0,
               "parse_wall": out_dict["parse_s"] + out_dict["base_scan_s"], "write_wall": out_dict["write_s"],
-              "native_tables_wall": out_dict["tables_s"]}
+              "native_tables_wall": out_dict["tables_s"],
+              # (each one-pass table's seconds on its thread once the events are read, and
+              # gathering their rows beside the encoding: the benchmark lists them by table)
+              "table_cpu.gathering": out_dict["gather_s"],
+              **{f"table_cpu.{table}": s for table, s in out_dict["table_s"].items()}}
     source = f"read_parquet({tracedb.sql_string(out)})"
     pairs = 0
     read = RankRead(metadata, out_dict["events"], out_dict["events_bytes"], out_dict["truncated_at_byte"],
@@ -185,13 +189,14 @@ def _tables_of_fixed_rows(out: Path, tf: TraceFile, scratch: Path | None, read: 
     """The one-pass tables again, from the rows as the map fixed them (the file `out`, of
     `rows` rows): the read's table rows and event issues are theirs."""
     try:
-        tables, issues = _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
+        tables, issues, seconds = _native.rank_tables_of_parquet(str(out), str(out.parent), tf.rank, cut_short=_cut_short(),
                                                         scratch_dir=str(scratch or out.parent),
                                                         kernel_classes=tracedb.kernel_classes())
     except ValueError as exc:
         raise TraceFormatError(str(exc), str(tf.path)) from None
     read.table_rows = {"raw_events": rows, **tables}
     read.event_issues = event_issue_notes(issues)
+    read.stage_s.update({f"table_cpu.{table}": s for table, s in seconds.items()})
 
 
 def write_derived_tables(tf: TraceFile, folder: Path, configs: list[tuple],
