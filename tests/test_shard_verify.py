@@ -310,3 +310,27 @@ def test_the_manifest_times_each_per_rank_table(shard_sets):
         assert set(timed) == derived | one_pass | {"inputs", "gathering"}, rank
         assert all(v >= 0 for v in timed.values())
         assert stages["native_tables_wall"] >= 0 and stages["tables_cpu"] >= 0
+
+
+def test_each_shard_file_records_its_rank_in_its_statistics(shard_sets):
+    """Every row group of every shard file records the minimum and maximum of its `rank` (the
+    check above reads them; a query of one rank over the views skips the other ranks' files),
+    and of the step and times where the table has them; no other column pays for statistics
+    (the files are in event order: a row group's range of names prunes nothing)."""
+    keyed = {"rank", "step", "ts_ns", "end_ns"}
+    with duckdb.connect() as con:
+        for rank in range(4):
+            for table in SHARD_TABLES:
+                path = shard_sets["kept"] / f"rank={rank}" / f"{table}.parquet"
+                rows = con.execute("SELECT path_in_schema, stats_min_value, stats_max_value, num_values "
+                                   "FROM parquet_metadata(?)", [str(path)]).fetchall()
+                if not rows:  # (a table without rows: a file of no row group)
+                    assert con.execute("SELECT count(*) FROM read_parquet(?)", [str(path)]).fetchone() == (0,)
+                    continue
+                ranks = [(lo, hi) for column, lo, hi, n in rows if column == "rank" and n]
+                assert ranks and all(lo == hi == str(rank) for lo, hi in ranks), (path, ranks)
+                for column, lo, hi, n in rows:
+                    if column in keyed:
+                        assert not n or (lo is not None and hi is not None), (path, column)
+                    else:
+                        assert lo is None and hi is None, (path, column)
