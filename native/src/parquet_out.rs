@@ -207,8 +207,9 @@ fn write_inner(
                     parse_s += t.elapsed().as_secs_f64();
                     let Some(batch) = batch else { return Ok(()) };
                     // (the block's other batches, decoded with it)
-                    let block: Vec<RecordBatch> =
-                        std::iter::once(batch).chain(parser.ready().drain(..)).collect();
+                    let block: Vec<RecordBatch> = std::iter::once(batch)
+                        .chain(parser.ready().drain(..))
+                        .collect();
                     if sender.send(block).is_err() {
                         return Ok(()); // (the encoder stopped: its error is the one to report)
                     }

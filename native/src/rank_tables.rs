@@ -558,7 +558,9 @@ impl RankTables {
         let launches = Launches::of(&mut runtime, &step_of).map_err(gathering)?;
         let pairs = range_pairs(&mut kernels, &launches).map_err(gathering)?;
         let launches_s = clock.elapsed().as_secs_f64();
-        let timed = |table: &'static str, clock: Instant, written: Result<(&'static str, usize), String>| {
+        let timed = |table: &'static str,
+                     clock: Instant,
+                     written: Result<(&'static str, usize), String>| {
             written.map(|w| (w, (table, clock.elapsed().as_secs_f64())))
         };
         let write_kernels = |parts: Gathered| {
@@ -618,8 +620,10 @@ impl RankTables {
                 handles
                     .into_iter()
                     .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err("a table writer panicked".into()))
+                        h.join().unwrap_or_else(|p| {
+                            let text = crate::panic_text(&*p);
+                            Err(format!("a table writer panicked ({text})"))
+                        })
                     })
                     .collect()
             });

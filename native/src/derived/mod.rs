@@ -587,9 +587,10 @@ pub fn derive_tables(
     let (first, other) = std::thread::scope(|scope| {
         let handle = scope.spawn(|| apart(&mut second));
         let first = joined(&mut laps);
-        let other = handle
-            .join()
-            .unwrap_or_else(|_| Err("a derived table's builder panicked".into()));
+        let other = handle.join().unwrap_or_else(|p| {
+            let text = crate::panic_text(&*p);
+            Err(format!("a derived table's builder panicked ({text})"))
+        });
         (first, other)
     });
     first?;
