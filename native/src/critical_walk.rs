@@ -185,8 +185,9 @@ pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
     let kinds = Texts::new(t.shared("kind")?);
     let pgs = Texts::new(t.shared("process_group")?);
     let ops = Texts::new(t.shared("op")?);
-    let mut rows: Vec<Row> = (0..step.len())
-        .filter_map(|i| {
+    // (sized at once: collected from a filter, the rows were grown by doubling)
+    let mut rows: Vec<Row> = Vec::with_capacity(step.len());
+    rows.extend((0..step.len()).filter_map(|i| {
             Some(Row {
                 step: at(&step, i)?,
                 src: at(&src, i)?,
@@ -202,8 +203,9 @@ pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
                 stream: at(&stream, i),
                 correlation: at(&correlation, i),
             })
-        })
-        .collect();
+        }));
+    // (the columns are in the rows now)
+    drop((step, src, rank, k1, k2, launch_end, op_index, stream, correlation));
     rows.sort_unstable_by(|a, b| {
         (a.step, a.src, a.rank, a.k1, a.k2)
             .cmp(&(b.step, b.src, b.rank, b.k1, b.k2))

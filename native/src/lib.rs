@@ -27,6 +27,23 @@ pub mod values;
 
 pub use trace::{Limits, Outcome, TraceError, TraceParser};
 
+/// Hand the memory a stage freed back to the system. glibc's malloc keeps what the reader's
+/// threads free in their arenas: a 200 MB trace's map held 110 MB more after the reader than
+/// before it, under the derived tables and then the reduce. (A no-op where malloc is not
+/// glibc's; mimalloc as the allocator kept more still: 400 MB against 286 at 200 MB.)
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only returns free pages of the heap to the system.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 /// The message of a caught panic (`catch_unwind`, a thread's `join`), "unknown" when it is none.
 pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()

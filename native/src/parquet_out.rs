@@ -240,6 +240,10 @@ fn write_inner(
     stats.tables_s = stats.gather_s;
     stats.row_groups = meta.row_groups.len();
     stats.parquet_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    // (the parser's blocks and the encoder's buffers are freed before the tables' finish)
+    let outcome = std::mem::take(&mut parser.outcome);
+    drop(parser);
+    crate::release_freed_memory();
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
@@ -253,9 +257,10 @@ fn write_inner(
             stats.issues = finished.issues;
             stats.table_s = finished.seconds;
             stats.tables_s += t.elapsed().as_secs_f64();
+            crate::release_freed_memory();
         }
     }
-    Ok((parser.outcome, stats))
+    Ok((outcome, stats))
 }
 
 fn begin_end_rows(batch: &RecordBatch) -> u64 {

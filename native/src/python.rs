@@ -392,7 +392,9 @@ fn rank_tables_of_parquet<'py>(
     let scratch = Path::new(scratch_dir.unwrap_or(tables_dir)).to_path_buf();
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut, &classes)
+            let finished = tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut, &classes);
+            crate::release_freed_memory();
+            finished
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });
@@ -520,7 +522,9 @@ fn derive_rank_tables<'py>(
     );
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
-            derive_tables(&dir, &out, rank, configs, params, threads != 1)
+            let built = derive_tables(&dir, &out, rank, configs, params, threads != 1);
+            crate::release_freed_memory(); // (the inputs, dropped)
+            built
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
     });

@@ -326,6 +326,12 @@ impl Table {
         }
         let mask = ProjectionMask::columns(&descr, names.iter().copied());
         let mut builder = builder.with_projection(mask).with_batch_size(1 << 16);
+        // (every row is kept unless a filter picks them: the numbers' arrays sized at once,
+        // not doubled as they grow, which held up to twice a column and its copy)
+        let rows = match keep {
+            None => usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0),
+            Some(_) => 0,
+        };
         if let Some((keep_columns, keep)) = keep {
             let keep_mask = ProjectionMask::columns(&descr, keep_columns.iter().copied());
             let predicate = ArrowPredicateFn::new(keep_mask, move |b: RecordBatch| keep(&b));
@@ -338,9 +344,9 @@ impl Table {
                 (
                     *c,
                     match k {
-                        Kind::I64 => Kept::I64(Int64Builder::new()),
-                        Kind::I32 => Kept::I32(Int32Builder::new()),
-                        Kind::Flag => Kept::Flag(BooleanBuilder::new()),
+                        Kind::I64 => Kept::I64(Int64Builder::with_capacity(rows)),
+                        Kind::I32 => Kept::I32(Int32Builder::with_capacity(rows)),
+                        Kind::Flag => Kept::Flag(BooleanBuilder::with_capacity(rows)),
                         Kind::Shared => Kept::Shared(Shared::default()),
                         Kind::Few | Kind::FewPicked => Kept::Few(Few::default()),
                         Kind::FewI64 => Kept::FewI64(FewValues::default()),

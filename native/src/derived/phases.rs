@@ -106,7 +106,8 @@ struct HostEvent<'a> {
 /// The step's phase intervals, in (step, start) order.
 pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> Vec<Interval> {
     let (c, a, steps) = (&x.cpu_ops, &x.annotations, &x.steps);
-    let mut host: Vec<HostEvent> = Vec::new();
+    // (sized at once: grown by doubling it held up to twice the rows, and a copy)
+    let mut host: Vec<HostEvent> = Vec::with_capacity(c.name.len() + a.name.len());
     for i in 0..c.name.len() {
         let (Some(step), Some(ts), Some(end)) = (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
         else {
@@ -141,7 +142,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         });
     }
     // (step, priority, ts, end)
-    let mut marks: Vec<(i64, u8, i64, i64)> = Vec::new();
+    let mut marks: Vec<(i64, u8, i64, i64)> = Vec::with_capacity(host.len());
     let backward_name = regex::Regex::new("^[A-Za-z0-9_]+Backward[0-9]*$").expect("a pattern");
     let mut unlabelled: Vec<&HostEvent> = Vec::new();
     let mut last_backward: HashMap<i64, i64> = HashMap::new();
