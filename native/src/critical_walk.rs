@@ -188,24 +188,34 @@ pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
     // (sized at once: collected from a filter, the rows were grown by doubling)
     let mut rows: Vec<Row> = Vec::with_capacity(step.len());
     rows.extend((0..step.len()).filter_map(|i| {
-            Some(Row {
-                step: at(&step, i)?,
-                src: at(&src, i)?,
-                rank: at(&rank, i)?,
-                k1: at(&k1, i)?,
-                k2: at(&k2, i)?,
-                name: names.id(i),
-                kind: kinds.id(i),
-                launch_end: at(&launch_end, i),
-                pg: pgs.id(i),
-                op: ops.id(i),
-                op_index: at(&op_index, i),
-                stream: at(&stream, i),
-                correlation: at(&correlation, i),
-            })
-        }));
+        Some(Row {
+            step: at(&step, i)?,
+            src: at(&src, i)?,
+            rank: at(&rank, i)?,
+            k1: at(&k1, i)?,
+            k2: at(&k2, i)?,
+            name: names.id(i),
+            kind: kinds.id(i),
+            launch_end: at(&launch_end, i),
+            pg: pgs.id(i),
+            op: ops.id(i),
+            op_index: at(&op_index, i),
+            stream: at(&stream, i),
+            correlation: at(&correlation, i),
+        })
+    }));
     // (the columns are in the rows now)
-    drop((step, src, rank, k1, k2, launch_end, op_index, stream, correlation));
+    drop((
+        step,
+        src,
+        rank,
+        k1,
+        k2,
+        launch_end,
+        op_index,
+        stream,
+        correlation,
+    ));
     rows.sort_unstable_by(|a, b| {
         (a.step, a.src, a.rank, a.k1, a.k2)
             .cmp(&(b.step, b.src, b.rank, b.k1, b.k2))
