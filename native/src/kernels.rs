@@ -152,7 +152,7 @@ impl Launches {
     ) -> Result<Launches, ArrowError> {
         let mut calls: Vec<(i64, Call)> = Vec::new();
         let mut launches: Vec<(i64, i64)> = Vec::new();
-        for part in runtime.parts()? {
+        for part in runtime.parts_of(&["name", "ts_ns", "correlation"])? {
             let part = part?;
             let (name, ts, correlation) = (
                 by_name::<StringArray>(&part, "name")?,
@@ -194,7 +194,7 @@ pub fn range_pairs(
 ) -> Result<Vec<Vec<Option<i64>>>, ArrowError> {
     let mut ranges: Vec<(i64, Option<String>, usize)> = Vec::new();
     let mut rows = 0;
-    for part in kernels.parts()? {
+    for part in kernels.parts_of(&["cat", "name", "ts_ns"])? {
         let part = part?;
         let (cat, name, ts) = (
             by_name::<StringArray>(&part, "cat")?,

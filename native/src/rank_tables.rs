@@ -854,7 +854,7 @@ fn self_times_of(parts: &mut Gathered) -> Result<Vec<i64>, ArrowError> {
     let (mut threads, mut names) = (Interner::default(), Interner::default());
     let mut spans = Vec::new();
     let mut name_ids = Vec::new();
-    for part in parts.parts()? {
+    for part in parts.parts_of(KEYED)? {
         let part = part?;
         let text = |name: &str| by_name::<StringArray>(&part, name);
         let int = |name: &str| by_name::<Int64Array>(&part, name);
