@@ -243,7 +243,7 @@ fn write_inner(
     // (the parser's blocks and the encoder's buffers are freed before the tables' finish)
     let outcome = std::mem::take(&mut parser.outcome);
     drop(parser);
-    crate::release_freed_memory();
+    crate::release_freed_memory(outcome.events);
     if let (Some(tables), Some(to)) = (tables, tables_out) {
         if stats.begin_end_rows == 0 {
             let t = Instant::now();
@@ -257,7 +257,7 @@ fn write_inner(
             stats.issues = finished.issues;
             stats.table_s = finished.seconds;
             stats.tables_s += t.elapsed().as_secs_f64();
-            crate::release_freed_memory();
+            crate::release_freed_memory(outcome.events);
         }
     }
     Ok((outcome, stats))

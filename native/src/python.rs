@@ -393,7 +393,9 @@ fn rank_tables_of_parquet<'py>(
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
             let finished = tables_of_raw_parquet(&raw, &dir, &scratch, rank, cut, &classes);
-            crate::release_freed_memory();
+            if let Ok(f) = &finished {
+                crate::release_freed_memory(f.rows.iter().map(|(_, n)| *n as u64).sum());
+            }
             finished
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))
@@ -523,7 +525,11 @@ fn derive_rank_tables<'py>(
     let got = py.allow_threads(|| {
         catch_unwind(AssertUnwindSafe(|| {
             let built = derive_tables(&dir, &out, rank, configs, params, threads != 1);
-            crate::release_freed_memory(); // (the inputs, dropped)
+            if let Ok(built) = &built {
+                // (the inputs, dropped: "inputs" counts their rows)
+                let inputs = built.iter().find(|b| b.0 == "inputs").map_or(0, |b| b.1);
+                crate::release_freed_memory(inputs as u64);
+            }
             built
         }))
         .unwrap_or_else(|p| Err(panic_message(p)))

@@ -526,7 +526,7 @@ impl Laps<'_> {
 
 /// Build and write every derived table of the rank whose shard files are in `dir` into `out`
 /// (the same folder in a map); returns each table's rows and seconds ("inputs": reading the
-/// one-pass tables back). With `parallel`, the tables that need no collective's row (FLOPs,
+/// one-pass tables back, its rows those read). With `parallel`, the tables that need no collective's row (FLOPs,
 /// memory, ...) are built on a second thread beside the others; the files are the same.
 pub fn derive_tables(
     dir: &Path,
@@ -542,7 +542,12 @@ pub fn derive_tables(
         built: Vec::new(),
     };
     let x = Inputs::read(dir, rank, configs, params, parallel)?;
-    laps.lap("inputs", 0);
+    // ("inputs": the host ops', runtime calls' and kernels' rows read back)
+    let input_rows = x.cpu_ops.name.len()
+        + x.annotations.name.len()
+        + x.runtime.name.len()
+        + x.kernels.name.len();
+    laps.lap("inputs", input_rows);
     let apart = |laps: &mut Laps| -> Result<(), String> {
         laps.write(tables::memcpy(&x), "memcpy")?;
         laps.write(tables::memory(&x), "memory")?;
