@@ -526,8 +526,9 @@ impl Laps<'_> {
 
 /// Build and write every derived table of the rank whose shard files are in `dir` into `out`
 /// (the same folder in a map); returns each table's rows and seconds ("inputs": reading the
-/// one-pass tables back, its rows those read). With `parallel`, the tables that need no collective's row (FLOPs,
-/// memory, ...) are built on a second thread beside the others; the files are the same.
+/// one-pass tables back, its rows those read). With `parallel`, the tables that need no
+/// collective's row (FLOPs, memory, ...) are built on a second thread beside the others; the
+/// files are the same.
 pub fn derive_tables(
     dir: &Path,
     out: &Path,
@@ -542,7 +543,7 @@ pub fn derive_tables(
         built: Vec::new(),
     };
     let x = Inputs::read(dir, rank, configs, params, parallel)?;
-    // ("inputs": the host ops', runtime calls' and kernels' rows read back)
+    // ("inputs": the host ops', annotations', runtime calls' and kernels' rows read back)
     let input_rows = x.cpu_ops.name.len()
         + x.annotations.name.len()
         + x.runtime.name.len()
