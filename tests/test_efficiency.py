@@ -189,6 +189,38 @@ def _dataloader_ns_by_rank(folder: Path, step: int) -> dict[int, int]:
     return out
 
 
+def test_a_critical_path_over_its_limit_is_left_out_with_a_note(fixture_db, tmp_path, monkeypatch):
+    """Past MAX_KERNELS GPU events in the aligned steps the walk is not run: critical_path stays
+    empty, load_issues says why with the count the walk would have read, and the reduce leaves
+    no work file behind (its connections are closed and reopened around the walk)."""
+    from traceanalyze.analysis import critical_path
+
+    folder = REAL.parent / "cuda" / "ddp_gloo2_input_straggler"
+    con = duckdb.connect(str(fixture_db(folder)), read_only=True)
+    try:
+        (walked,) = con.execute("SELECT count(*) FROM critical_path").fetchone()
+        (gpu,) = con.execute("SELECT count(*) FROM kernels JOIN aligned_steps USING (step)").fetchone()
+    finally:
+        con.close()
+    assert walked > 0 and gpu > 0  # (the fixture's path is walked under the real limit)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setenv("TRACEANALYZE_TMPDIR", str(staging))
+    monkeypatch.setattr(critical_path, "MAX_KERNELS", gpu - 1)
+    db = load_trace_dir(folder, tmp_path / "trace.duckdb", reuse=False).db_path
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM critical_path").fetchone() == (0,)
+        notes = con.execute("SELECT severity, message, count FROM load_issues "
+                            "WHERE kind = 'critical-path-skipped'").fetchall()
+        assert len(notes) == 1 and notes[0][0] == "info" and notes[0][2] == gpu, notes
+        assert f"{gpu:,} GPU events" in notes[0][1]
+    finally:
+        con.close()
+    assert list(staging.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["staging", "trace.duckdb", "trace.shards"]
+
+
 def test_the_critical_path_runs_through_the_rank_that_waits_for_its_data(fixture_db):
     """input_straggler: the rank with the longest DataLoader wait (from the JSON) holds every
     step, so each step's path holds that rank's DataLoader wait and crosses to it at a collective."""

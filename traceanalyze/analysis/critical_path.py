@@ -20,8 +20,10 @@ The walk, backwards from the end of the step on the rank with the longest step:
 Times are on each segment's own rank's clock (`on_rank`).
 
 What the walk reads of the aligned steps is gathered by one statement into a Parquet file in
-the caller's scratch folder; the walk itself is the native crate's (native/src/critical_walk.rs:
-it puts the rows in one order, walks each step and writes the segments beside it).
+the caller's scratch folder (gather_inputs); the walk itself is the native crate's
+(native/src/critical_walk.rs: it puts the rows in one order, walks each step and writes the
+segments beside it) and needs no database; insert_segments fills the table. The reduce
+(load/trace_dir.py) runs the three with a connection of its own each, closed between them.
 """
 
 from __future__ import annotations
@@ -95,27 +97,31 @@ INPUTS_SQL = """
     FROM rows"""  # (the walk leaves out a row without step, rank, k1 or k2)
 
 
-def build_critical_path(con: duckdb.DuckDBPyConnection, scratch: Path) -> None:
-    """Fill `critical_path` for every aligned step (the table exists, empty); `scratch` is a
-    folder of the caller's where the walk's two files are written (and removed)."""
+def gather_inputs(con: duckdb.DuckDBPyConnection, inputs: Path) -> bool:
+    """Write what the walk reads of the aligned steps to the Parquet file `inputs`; False (and
+    nothing written) when there is no aligned step or too many GPU events to walk (noted in
+    load_issues)."""
     if con.execute("SELECT 1 FROM aligned_steps LIMIT 1").fetchone() is None:
-        return
+        return False
     (n_kernels,) = con.execute("SELECT count(*) FROM kernels JOIN aligned_steps USING (step)").fetchone()
     if n_kernels > MAX_KERNELS:  # the walk holds a step's GPU work of every rank in memory
         con.execute("INSERT INTO load_issues VALUES (NULL, NULL, 'critical-path-skipped', 'info', ?, ?)",
                     [f"the critical path was not computed: {n_kernels:,} GPU events in the aligned steps, over "
                      f"the {MAX_KERNELS:,} it walks (load fewer ranks with --ranks)", n_kernels])
-        return
-    inputs, segments = Path(scratch) / "critical_path_inputs.parquet", Path(scratch) / "critical_path.parquet"
+        return False
+    con.execute(f"COPY ({INPUTS_SQL}) TO {sql_string(inputs)} (FORMAT parquet)")
+    return True
+
+
+def walk(inputs: Path, segments: Path) -> int:
+    """The walk over the gathered `inputs` -> the Parquet file `segments` (critical_path's
+    columns); the segments' count. Needs no database: the caller may close its connection."""
     try:
-        con.execute(f"COPY ({INPUTS_SQL}) TO {sql_string(inputs)} (FORMAT parquet)")
-        try:
-            rows = _native.walk_critical_path(str(inputs), str(segments))
-        except ValueError as exc:
-            raise TraceanalyzeError(f"cannot walk the critical path ({exc})", str(scratch)) from None
-        if rows:
-            con.execute("INSERT INTO critical_path SELECT rank, step, seq, kind, name, ts_ns, dur_ns, on_rank "
-                        f"FROM read_parquet({sql_string(segments)})")
-    finally:
-        inputs.unlink(missing_ok=True)
-        segments.unlink(missing_ok=True)
+        return _native.walk_critical_path(str(inputs), str(segments))
+    except ValueError as exc:
+        raise TraceanalyzeError(f"cannot walk the critical path ({exc})", str(inputs.parent)) from None
+
+
+def insert_segments(con: duckdb.DuckDBPyConnection, segments: Path) -> None:
+    con.execute("INSERT INTO critical_path SELECT rank, step, seq, kind, name, ts_ns, dur_ns, on_rank "
+                f"FROM read_parquet({sql_string(segments)})")

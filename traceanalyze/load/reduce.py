@@ -17,10 +17,8 @@ import duckdb
 
 import traceanalyze.db as tracedb
 from traceanalyze.analysis.align import align_ranks
-from traceanalyze.analysis.critical_path import build_critical_path
 from traceanalyze.errors import TraceFormatError
 from traceanalyze.load.groups import infer_groups
-from traceanalyze.load.memory import staging_folder
 from traceanalyze.load.pipelines import infer_pipelines
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current
 from traceanalyze.load.verify import ShardProblem, verify_shards
@@ -103,8 +101,6 @@ def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
     tracedb.build_tables(con, tracedb.cross_rank_sql_files())
     check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
     align_ranks(con)
-    with staging_folder() as scratch:
-        build_critical_path(con, scratch)
 
 
 def check_one_run(con, hosts: dict[int, str | None]) -> None:
