@@ -533,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     args.sizes = args.sizes or "100MB,500MB,500MB.gz,2GB"
     if args.max_regression is not None and not args.previous_checkout:
         ap.error("--max-regression compares with --previous-checkout: give one")
+    if "hta" in [t.strip() for t in args.tools.split(",")] and not os.access(args.hta_python, os.X_OK):
+        ap.error(f"no HTA python at {args.hta_python} (python3 -m venv DIR && DIR/bin/pip install "
+                 "HolisticTraceAnalysis==0.5.0, then --hta-python DIR/bin/python), or --tools traceanalyze")
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
         if s.removesuffix(".gz") not in SIZES:

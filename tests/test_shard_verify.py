@@ -156,6 +156,33 @@ def test_another_ranks_file_is_detected_by_hash_and_by_its_rank_column(shard_set
     assert f"holds {n_rows:,} rows of rank 0, not of rank 3" in issue["message"]
 
 
+def test_a_file_whose_statistics_do_not_prove_its_rank_has_its_rows_counted(shard_sets, tmp_path):
+    """The rank check reads the files' footers; a row group whose `rank` statistics span more
+    than the folder's rank (one row of rank 0 among rank 3's, in a file re-hashed into the
+    manifest) has its rows counted, and the one stray row is named."""
+    shards = _copy_shards(shard_sets, "orphaned", tmp_path)
+    victim = shards / "rank=3" / "steps.parquet"
+    original = tmp_path / "steps.parquet"
+    shutil.copyfile(victim, original)
+    with duckdb.connect() as con:
+        (n_rows,) = con.execute("SELECT count(*) FROM read_parquet(?)", [str(original)]).fetchone()
+        assert n_rows > 1
+        src = str(original).replace("'", "''")
+        con.execute(f"COPY (SELECT * REPLACE (CASE WHEN step = (SELECT min(step) FROM read_parquet('{src}')) "
+                    f"THEN 0 ELSE rank END AS rank) FROM read_parquet('{src}')) "
+                    f"TO '{str(victim).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
+        assert con.execute("SELECT rank, count(*) FROM read_parquet(?, hive_partitioning = false) GROUP BY rank "
+                           "ORDER BY rank", [str(victim)]).fetchall() == [(0, 1), (3, n_rows - 1)]
+    manifest_path = shards / "rank=3" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["steps.parquet"] = {"size_bytes": victim.stat().st_size, "xxh3_128": _xxh3(victim)}
+    manifest_path.write_text(json.dumps(manifest))
+    _, summary = _analyze_shards(shards, tmp_path / "out")
+    (issue,) = _issues(summary, "shard-corrupt")
+    assert (issue["rank"], issue["file"]) == (3, str(victim))
+    assert "holds 1 rows of rank 0, not of rank 3" in issue["message"]
+
+
 def test_many_shards_checked_at_once_give_each_shard_its_own_answer(shard_sets, tmp_path):
     """verify_shards (the reduce's check, one query per table for all shards) against
     verify_shard of each shard alone: files of other ranks with re-hashed manifests (so only

@@ -55,14 +55,17 @@ def verify_shards(shards: list[tuple[str, dict, int]], con: duckdb.DuckDBPyConne
     10 s at 1,024 ranks)."""
     out: dict[int, ShardProblem | None] = {}
     whole = []
+    sizes: dict[str, int] = {}  # (each file's size, as its manifest records and _files_problem checked)
     for folder, manifest, rank in shards:
         out[rank] = _files_problem(folder, manifest, rank)
         if out[rank] is None:
             whole.append((folder, rank))
+            sizes.update((os.path.normpath(os.path.join(folder, name)), entry["size_bytes"])
+                         for name, entry in manifest["files"].items())
     if not whole:
         return out
     try:
-        strays = _stray_rows(con, whole)
+        strays = _stray_rows(con, whole, sizes)
     except duckdb.Error:  # (the hashes matched, so this is rare: each shard on its own names the file)
         for folder, rank in whole:
             out[rank] = _rank_problem(con, folder, rank)
@@ -75,13 +78,22 @@ def verify_shards(shards: list[tuple[str, dict, int]], con: duckdb.DuckDBPyConne
     return out
 
 
-def _stray_rows(con, shards: list[tuple[str, int]]) -> dict[tuple[tuple[str, int], str], tuple[int, int]]:
+def _stray_rows(con, shards: list[tuple[str, int]],
+                sizes: dict[str, int]) -> dict[tuple[tuple[str, int], str], tuple[int, int]]:
     """((folder, rank), table) -> (rows, the smallest other rank) of the files whose `rank`
     column holds another rank than their folder's. Raises duckdb.Error for a file it cannot
-    read, or a row it cannot tell the file of."""
+    read, or a row it cannot tell the file of. `sizes`: the files' bytes (normalized paths);
+    one of STATISTICS_MIN_BYTES or more is checked from its footer first."""
     strays: dict[tuple[tuple[str, int], str], tuple[int, int]] = {}
+    large = {path: rank for folder, rank in shards for table in SHARD_TABLES
+             if sizes.get(path := os.path.normpath(os.path.join(folder, f"{table}.parquet")), 0)
+             >= STATISTICS_MIN_BYTES}
+    proven = _proven_by_statistics(con, large) if large else set()
     for table in SHARD_TABLES:
-        owner = {os.path.normpath(os.path.join(folder, f"{table}.parquet")): (folder, rank) for folder, rank in shards}
+        owner = {path: (folder, rank) for folder, rank in shards
+                 if (path := os.path.normpath(os.path.join(folder, f"{table}.parquet"))) not in proven}
+        if not owner:
+            continue
         rows = con.execute(
             "SELECT filename, rank, count(*) FROM read_parquet(?, filename = true, hive_partitioning = false)"
             " WHERE rank IS NOT NULL GROUP BY filename, rank", [list(owner)]).fetchall()
@@ -93,6 +105,33 @@ def _stray_rows(con, shards: list[tuple[str, int]]) -> dict[tuple[tuple[str, int
                 seen, other = strays.get((key, table), (0, rank))
                 strays[(key, table)] = (seen + n, min(other, rank))
     return strays
+
+
+# a shard file from this size up has its rank checked from its footer's statistics; a smaller
+# one's rows are counted (reading a footer costs DuckDB ~0.4 ms a file: at 1,024 small ranks,
+# 24,576 files, 9 s against 4.7 s counting them; a 200 MB trace's shard 21 ms against 103 ms)
+STATISTICS_MIN_BYTES = 1 << 20
+
+
+def _proven_by_statistics(con, expected: dict[str, int]) -> set[str]:
+    """The files of `expected` (path -> rank) whose footers prove it: every row group has
+    statistics of its `rank` column, and they hold no value but the file's rank (or only
+    nulls). A file they do not prove (no statistics, another rank in a row group) has its rows
+    counted."""
+    files = list(expected)
+    groups = dict(con.execute("SELECT file_name, num_row_groups FROM parquet_file_metadata(?)", [files]).fetchall())
+    seen: dict[str, int] = {}
+    bad: set[str] = set()
+    for name, values, low, high, nulls in con.execute(
+            "SELECT file_name, num_values, stats_min_value, stats_max_value, stats_null_count"
+            " FROM parquet_metadata(?) WHERE path_in_schema = 'rank'", [files]).fetchall():
+        path = os.path.normpath(name)
+        seen[path] = seen.get(path, 0) + 1
+        only_nulls = nulls is not None and nulls == values
+        if not only_nulls and not (nulls is not None and low == high == str(expected.get(path))):
+            bad.add(path)
+    return {os.path.normpath(name) for name, n in groups.items()
+            if os.path.normpath(name) not in bad and seen.get(os.path.normpath(name), 0) == n}
 
 
 def _files_problem(folder: str, manifest: dict, rank: int) -> ShardProblem | None:
