@@ -265,6 +265,37 @@ def test_a_database_of_views_is_not_reused_over_a_damaged_shard(tmp_path, monkey
     assert verify_shard(str(victim.parent), manifest, 0) is None
 
 
+def test_a_database_of_views_is_not_reused_over_another_ranks_file_with_a_rehashed_manifest(tmp_path, monkeypatch):
+    """A re-run over unchanged manifests checks the files' hashes alone (the rank columns were
+    checked when the database was built); a manifest that changed since (here re-hashed to
+    another rank's file copied over one of rank 1's) has the rank columns read again: the rank
+    is mapped again, and its table holds its own rows."""
+    monkeypatch.setattr(reduce, "MATERIALIZE_MAX_BYTES", 0)  # as a big job: views over the shards
+    db = tmp_path / "trace.duckdb"
+    load_trace_dir(FIXTURES / SCENARIO, db)
+    from traceanalyze.load import verify
+
+    def no_rank_columns(*_args):
+        raise AssertionError("the rank columns were read again over unchanged manifests")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(verify, "_stray_rows", no_rank_columns)
+        assert load_trace_dir(FIXTURES / SCENARIO, db).reused
+    shards = tmp_path / "trace.shards"
+    victim = shards / "rank=1" / "steps.parquet"
+    shutil.copyfile(shards / "rank=0" / "steps.parquet", victim)
+    manifest_path = shards / "rank=1" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["steps.parquet"] = {"size_bytes": victim.stat().st_size, "xxh3_128": _xxh3(victim)}
+    manifest_path.write_text(json.dumps(manifest))
+    result = load_trace_dir(FIXTURES / SCENARIO, db)
+    assert not result.reused and result.mapped == 1 and result.ranks == [0, 1, 2, 3]
+    with duckdb.connect(str(db), read_only=True) as con:
+        ranks = con.execute("SELECT DISTINCT rank FROM read_parquet(?, hive_partitioning = false)",
+                            [str(victim)]).fetchall()
+    assert ranks == [(1,)]
+
+
 def _lock_holder(folder: Path) -> subprocess.Popen:
     """A process holding the rank folder's lock until it is killed."""
     code = ("import fcntl, os, sys\n"

@@ -78,6 +78,13 @@ def verify_shards(shards: list[tuple[str, dict, int]], con: duckdb.DuckDBPyConne
     return out
 
 
+def verify_files(shards: list[tuple[str, dict, int]]) -> dict[int, ShardProblem | None]:
+    """Checks 1 and 2 alone (the manifest is the rank's; every file has its recorded size and
+    hash) of many shards ((folder, manifest, rank) each). Enough for files whose manifests are
+    the ones a check of the rank column passed before (load/trace_dir.py: a re-run)."""
+    return {rank: _files_problem(folder, manifest, rank) for folder, manifest, rank in shards}
+
+
 def _stray_rows(con, shards: list[tuple[str, int]],
                 sizes: dict[str, int]) -> dict[tuple[tuple[str, int], str], tuple[int, int]]:
     """((folder, rank), table) -> (rows, the smallest other rank) of the files whose `rank`
