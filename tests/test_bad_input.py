@@ -242,6 +242,19 @@ def test_a_rank_that_cannot_be_read_is_left_out_and_reported(cli, run0, tmp_path
     assert (rank, file, severity) == (1, str(path), "warning") and "empty" in message
 
 
+
+def test_a_load_with_a_rank_left_out_is_never_reused(cli, run0, tmp_path):
+    """The traces unchanged, a database missing a rank is built again (the rank is read again and
+    reported again), never reused as it is."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    path = put(folder, "rank1.pt.trace.json.gz", b"")
+    db = tmp_path / "x.duckdb"
+    first, second = cli("load", folder, "--db", db), cli("load", folder, "--db", db)
+    assert (first.returncode, second.returncode) == (0, 0), second.stderr
+    assert "reusing" not in second.stderr and "parsing 1 of 2 trace file(s)" in second.stderr
+    assert f"warning: {path}: this rank could not be read" in second.stderr
+    assert q(db, "SELECT rank FROM ranks") == [(0,)]
+
 NOT_TRACES = [
     (b'{"foo": 1, "bar": [1, 2]}', ["no traceEvents"]),
     (b'"just a string"', ["no traceEvents"]),

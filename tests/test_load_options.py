@@ -200,6 +200,26 @@ def test_a_local_analysis_imports_no_remote_storage_or_dataframe_library(world, 
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_reused_database_is_answered_without_opening_a_trace(world, tmp_path, monkeypatch):
+    """A re-run over the same names, sizes and modification times opens no trace (each trace's
+    head was read for its rank: 4 s at 1,024 ranks); touching one file reads them all again."""
+    from traceanalyze.load import discover, trace_dir
+
+    traces, db = place(world, tmp_path / "traces"), tmp_path / "trace.duckdb"
+    built = trace_dir.load_trace_dir(traces, db)
+    assert not built.reused
+    opened = []
+    real = discover.identify
+    monkeypatch.setattr(discover, "identify", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
+    again = trace_dir.load_trace_dir(traces, db)
+    assert again.reused and again.ranks == built.ranks == sorted(world) and opened == []
+    touched = traces / world[1].name
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    rebuilt = trace_dir.load_trace_dir(traces, db)
+    assert not rebuilt.reused and rebuilt.mapped == 1
+    assert sorted(p.name for p in opened) == sorted(p.name for p in world.values())
+
+
 def test_a_reused_database_is_answered_without_the_map_and_reduce_stages(world, tmp_path):
     """A re-run whose traces did not change reads the database's fingerprint and stops: the
     stages that would rebuild it (executors, maps, reduce, the Flight Recorder's database) are

@@ -386,7 +386,7 @@ CREATE TABLE load_issues (
 
 -- Facts about the load itself.
 CREATE TABLE load_meta (
-    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read), 'shard_manifests' (views: one xxh3_128 hash of the shards' manifests it was built from: a re-run over the same manifests checks the files' hashes alone), 'macros' (a hash of the macros it stores: when it is this version's, a connection uses them as stored)
+    key VARCHAR,                -- 'schema_version', 'tool_version', 'rank_selection', 'target', 'fingerprint' (a hash of the traces' paths, sizes, modification times and ranks, the rank selection, the shard folder and the version; empty when a rank is missing: never reused), 'listing' (the same without the ranks, from the folder's listing alone: a re-run that matches it reads no trace), 'shards', 'storage' ('tables' or 'views'), 'shard_folders' (views: JSON list of the rank folders they read), 'shard_manifests' (views: one xxh3_128 hash of the shards' manifests it was built from: a re-run over the same manifests checks the files' hashes alone), 'macros' (a hash of the macros it stores: when it is this version's, a connection uses them as stored)
     value VARCHAR               -- its value
 );
 

@@ -146,6 +146,12 @@ def list_trace_paths(target: Path) -> list[Path]:
     return _list(target)[0]
 
 
+def listed(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
+    """(trace files under `target`, notes of entries named like traces that are not files);
+    raises TraceanalyzeError for a target that is none."""
+    return _list(target)
+
+
 def _list(target: Path) -> tuple[list[Path], list[tuple[str, str, str]]]:
     if not target.exists():
         what = "a dangling link" if target.is_symlink() else "no such file or directory"

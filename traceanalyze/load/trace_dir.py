@@ -68,8 +68,31 @@ def _fingerprint(discovery: Discovery, ranks: set[int] | None, shards_root: str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _stored_fingerprint(con) -> str | None:
-    row = con.execute("SELECT value FROM load_meta WHERE key = 'fingerprint'").fetchone()
+def _listing(target, ranks: set[int] | None, shards_root: str) -> str | None:
+    """A hash of what a local target holds, by names, sizes and modification times alone (no
+    file opened: the fingerprint reads each trace's head for its rank, 4 s at 1,024 ranks), the
+    rank selection and the shard folder; None for a target in object storage. A database built
+    from the same listing is reused without discovery; bad targets raise as discovery does."""
+    if is_remote(str(target)):
+        return None
+    from traceanalyze.load.discover import list_dump_paths, listed
+
+    root = Path(local_path(str(target)))
+    paths, skipped = listed(root)
+    entries = []
+    for path in [*paths, *list_dump_paths(root)]:
+        try:
+            st = path.stat()
+        except OSError:
+            return None  # (gone meanwhile: discovery says what)
+        entries.append((str(path.resolve()), st.st_size, st.st_mtime_ns))
+    payload = json.dumps([tracedb.SCHEMA_VERSION, __version__, "all" if ranks is None else sorted(ranks),
+                          shards_root, entries, skipped])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _stored(con, key: str) -> str | None:
+    row = con.execute("SELECT value FROM load_meta WHERE key = ?", [key]).fetchone()
     return row[0] if row else None
 
 
@@ -84,15 +107,16 @@ def _load_issues(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str | None, 
                        " ORDER BY severity = 'info', rank NULLS FIRST, file, kind").fetchall()
 
 
-def _reused_result(db_path: Path, fingerprint: str) -> LoadResult | None:
-    """The database as it is when it was built from the same files (`fingerprint`), or None when
-    it was not, or is of views over shards that are no longer intact, or cannot be read."""
+def _reused_result(db_path: Path, key: str, value: str) -> LoadResult | None:
+    """The database as it is when it was built from the same files (its load_meta `key`, 'listing'
+    or 'fingerprint', is `value`), or None when it was not, or is of views over shards that are
+    no longer intact, or cannot be read."""
     try:
         # one connection (opening one costs), without the macros (their creation cost a re-run
         # a sixth of its time; these queries use none)
         with tracedb.open_quiet(db_path, read_only=True) as con:
             tracedb.bound_views_memory(con)
-            if _stored_fingerprint(con) != fingerprint:
+            if not value or _stored(con, key) != value:
                 return None
             ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
             meta = dict(con.execute("SELECT key, value FROM load_meta "
@@ -153,11 +177,17 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     if db_path.is_dir():
         raise TraceanalyzeError("is a folder; give a database file name such as trace.duckdb", str(db_path))
     chosen_memory_limit()
-    discovery = _discover(target, ranks)
     shards_root = shards or default_shards(db_path)
+    listing = _listing(target, ranks, shards_root)
+    if reuse and listing and db_path.exists():
+        reused = _reused_result(db_path, "listing", listing)
+        if reused is not None:
+            say(f"reusing {db_path} (traces unchanged)")
+            return reused
+    discovery = _discover(target, ranks)
     fingerprint = _fingerprint(discovery, ranks, shards_root)
     if reuse and db_path.exists():
-        reused = _reused_result(db_path, fingerprint)
+        reused = _reused_result(db_path, "fingerprint", fingerprint)
         if reused is not None:
             say(f"reusing {db_path} (traces unchanged)")
             return reused
@@ -168,6 +198,7 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     if not discovery.files:  # Flight Recorder dumps alone (load/flight_recorder.py)
         say(f"reading {len(discovery.dumps)} Flight Recorder dump(s), no profiler trace")
         dumps_only_db(discovery.dumps, db_path, meta={"target": str(target), "fingerprint": fingerprint,
+                                                      "listing": listing or "",
                                                       "rank_selection": "all" if ranks is None else format_ranks(ranks)})
         return LoadResult(db_path, [], False, 0, 0)
     store = ShardStore(shards_root)
@@ -195,7 +226,7 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
         if not store.remote:  # shards this load's maps just wrote (their hashes taken as written) need no second check
             verified |= {o.rank for o in outcomes if o.manifest is not None}
         result = reduce_to_db(store, good, db_path, notes, say, meta={
-            "target": str(target), "fingerprint": fingerprint,
+            "target": str(target), "fingerprint": fingerprint, "listing": listing or "",
             "rank_selection": "all" if ranks is None else format_ranks(ranks)}, verified=verified,
             dumps=discovery.dumps)
     except BaseException:
@@ -285,7 +316,7 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                                     f"this file: {damaged[0].problem}", damaged[0].file)
         raise TraceanalyzeError("no usable shard: nothing to analyze", store.root)
     if stale or any(note[2] in RANK_LEFT_OUT for note in notes):
-        meta = {**meta, "fingerprint": ""}  # a rank is missing: the next run maps it again, never reuses this
+        meta = {**meta, "fingerprint": "", "listing": ""}  # a rank is missing: the next run maps it again, never reuses this
     materialize = shard_bytes(shards) <= reduce.MATERIALIZE_MAX_BYTES
     say(f"combining {len(shards)} rank shard(s) ({'copied into' if materialize else 'viewed from'} the database)")
     tmp_db = db_path.with_name(f"{db_path.name}.{marker()}.tmp")
