@@ -380,19 +380,13 @@ def _critical_path(tmp_db: Path, shards: list, materialize: bool) -> None:
     (200 MB trace: 209-237 MB, now 160-180 MB)."""
     with staging_folder() as scratch:
         inputs, segments = scratch / "critical_path_inputs.parquet", scratch / "critical_path.parquet"
-        con = _open_reduce_db(tmp_db, shards, materialize)
-        try:
+        with _open_reduce_db(tmp_db, shards, materialize) as con:  # (closed at the block's end)
             gathered = critical_path.gather_inputs(con, inputs)
             con.execute("CHECKPOINT")
-        finally:
-            con.close()
         if gathered and critical_path.walk(inputs, segments):
-            con = _open_reduce_db(tmp_db, shards, materialize)
-            try:
+            with _open_reduce_db(tmp_db, shards, materialize) as con:
                 critical_path.insert_segments(con, segments)
                 con.execute("CHECKPOINT")
-            finally:
-                con.close()
 
 
 def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,

@@ -126,19 +126,16 @@ def _proven_by_statistics(con, expected: dict[str, int]) -> set[str]:
     nulls). A file they do not prove (no statistics, another rank in a row group) has its rows
     counted."""
     files = list(expected)
-    groups = dict(con.execute("SELECT file_name, num_row_groups FROM parquet_file_metadata(?)", [files]).fetchall())
-    seen: dict[str, int] = {}
-    bad: set[str] = set()
+    groups = {os.path.normpath(name): n for name, n in con.execute(
+        "SELECT file_name, num_row_groups FROM parquet_file_metadata(?)", [files]).fetchall()}
+    proven_groups: dict[str, int] = {}  # (row groups whose rank statistics hold the file's rank alone)
     for name, values, low, high, nulls in con.execute(
             "SELECT file_name, num_values, stats_min_value, stats_max_value, stats_null_count"
             " FROM parquet_metadata(?) WHERE path_in_schema = 'rank'", [files]).fetchall():
         path = os.path.normpath(name)
-        seen[path] = seen.get(path, 0) + 1
-        only_nulls = nulls is not None and nulls == values
-        if not only_nulls and not (nulls is not None and low == high == str(expected.get(path))):
-            bad.add(path)
-    return {os.path.normpath(name) for name, n in groups.items()
-            if os.path.normpath(name) not in bad and seen.get(os.path.normpath(name), 0) == n}
+        if nulls is not None and (nulls == values or low == high == str(expected.get(path))):
+            proven_groups[path] = proven_groups.get(path, 0) + 1
+    return {path for path, n in groups.items() if proven_groups.get(path, 0) == n}
 
 
 def _files_problem(folder: str, manifest: dict, rank: int) -> ShardProblem | None:
