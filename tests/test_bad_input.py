@@ -525,6 +525,58 @@ def test_two_runs_of_the_same_world_in_one_folder(cli, recorded_runs, tmp_path):
     assert f"rank {first_of_later} " in line
 
 
+def with_base(text: bytes, value) -> bytes:
+    """The trace `text` with its baseTimeNanoseconds set to `value` (the JSON as written)."""
+    new, n = re.subn(rb'"baseTimeNanoseconds": *-?[0-9]+', b'"baseTimeNanoseconds": ' + value, text)
+    assert n == 1
+    return new
+
+
+def test_one_rank_whose_time_base_is_not_a_number_is_the_one_named(cli, run0, tmp_path):
+    """Rank 1's baseTimeNanoseconds spoilt (a string): its relative times are read as absolute,
+    decades before the other three ranks recorded on the same host. The error names rank 1's
+    file and its time base, not a rank of the three that agree (the later ones)."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 2, 3})
+    bad = put(folder, run0[1].name, gzip.compress(with_base(tj.read_bytes(run0[1]), b'"1790857026000000000"')))
+    line = one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), bad, "baseTimeNanoseconds",
+                          "ranks 0, 2, 3")
+    assert line.startswith(f"error: {bad}: rank 1's ")
+
+
+def test_a_rank_recorded_long_before_the_others_is_the_one_named(cli, run0, tmp_path):
+    """Rank 2's time base a day early (a number: usable, but wrong): the three others overlap, so
+    rank 2 is the one outside the run, named though its window comes first."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0, 1, 3})
+    text = tj.read_bytes(run0[2])
+    (old,) = re.findall(rb'"baseTimeNanoseconds": *([0-9]+)', text)
+    early = str(int(old) - 86_400 * 10**9).encode()
+    bad = put(folder, run0[2].name, gzip.compress(with_base(text, early)))
+    line = one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), bad, "different runs", "host",
+                          "ranks 0, 1, 3", "before theirs began")
+    assert line.startswith(f"error: {bad}: rank 2 was recorded")
+    assert "baseTimeNanoseconds" not in line
+
+
+@pytest.mark.parametrize("value", ['"x"', "true", "-1", "1.790857026e+18", "4611686018427387904", "null", "[]"])
+def test_an_unusable_time_base_is_noted_for_its_rank(run0, tmp_path, value):
+    """A single rank whose baseTimeNanoseconds no clock can use (text, a boolean, negative, a
+    float, 2^62 and over, null, a list) still loads, with a bad-time-base warning for it."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    put(folder, run0[0].name, gzip.compress(with_base(tj.read_bytes(run0[0]), value.encode())))
+    (note,) = issues(load(folder))["bad-time-base"]
+    assert note[0] == 0 and note[2] == "warning" and "baseTimeNanoseconds" in note[3]
+
+
+@pytest.mark.parametrize("value", ["0", None])
+def test_a_zero_or_missing_time_base_is_no_issue(run0, tmp_path, value):
+    """0 (the times are absolute) and no key at all are what older traces write: no note."""
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    text = tj.read_bytes(run0[0])
+    text = with_base(text, value.encode()) if value else re.sub(rb'"baseTimeNanoseconds": *[0-9]+,?', b"", text)
+    put(folder, run0[0].name, gzip.compress(text))
+    assert "bad-time-base" not in issues(load(folder))
+
+
 def test_two_files_claiming_one_rank(cli, recorded_runs, tmp_path):
     a, b = recorded_runs
     folder = copy_world(a, tmp_path / "t")

@@ -62,6 +62,16 @@ def base_time_ns(metadata: dict) -> int:
     return base if isinstance(base, int) and not isinstance(base, bool) and 0 <= base < 2**62 else 0
 
 
+def time_base_notes(metadata: dict) -> list[tuple[str, str, int | None]]:
+    """A bad-time-base note when the trace has a baseTimeNanoseconds that base_time_ns cannot
+    use (not a whole number of nanoseconds in range): its times were read as absolute."""
+    if "baseTimeNanoseconds" not in metadata or base_time_ns(metadata) or metadata["baseTimeNanoseconds"] == 0:
+        return []
+    message = ("baseTimeNanoseconds is not a whole number of nanoseconds since the epoch: the times were read "
+               "as absolute, and this rank's clock may not match the others'")
+    return [("bad-time-base", message, None)]
+
+
 def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -> RankRead:
     """Parse `tf` into `raw_events` (rank = tf.rank). Raises TraceFormatError (one line, the
     file and the byte offset) for a file that is not a readable trace."""
@@ -86,6 +96,7 @@ def read_rank(con: duckdb.DuckDBPyConnection, tf: TraceFile, threads: int = 0) -
         raise failure
     notes: list[tuple[str, str, int | None]] = list(out["notes"])
     metadata = _metadata(out["metadata"], notes)
+    notes += time_base_notes(metadata) if not protobuf else []
     base = base_time_ns(metadata)
     if not protobuf and base != out["base_ns"]:  # (read with a guessed time base: put the right one;
         # Perfetto timestamps are absolute)
@@ -128,6 +139,7 @@ def write_raw_events(database: Callable[[], duckdb.DuckDBPyConnection], tf: Trac
         raise TraceFormatError(str(exc), str(tf.path)) from None
     notes: list[tuple[str, str, int | None]] = list(out_dict["notes"])
     metadata = _metadata(out_dict["metadata"], notes)
+    notes += time_base_notes(metadata)
     notes += _tally_notes(out_dict["tally"])
     shift = base_time_ns(metadata) - out_dict["base_ns"]
     stages = {"read_parse_write_cpu": time.process_time() - cpu0,

@@ -11,6 +11,7 @@ the checks that the ranks belong to one run, and clock alignment.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import duckdb
@@ -105,7 +106,10 @@ def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
 
 def check_one_run(con, hosts: dict[int, str | None]) -> None:
     """Ranks recorded on one host share its clock, so their profiling windows must overlap in
-    time; when they do not, the files come from different runs (or windows) of the job."""
+    time; when they do not, the files come from different runs (or windows) of the job. The
+    run is the window that overlaps most of the host's others (ties: the earliest); the error
+    names the earliest rank outside it, so one file with a broken clock is the one named,
+    whichever side of the others it lies."""
     windows = {rank: (lo, hi) for rank, lo, hi in con.execute(
         "SELECT rank, min(ts_ns), max(end_ns) FROM steps GROUP BY rank").fetchall()}
     files = dict(con.execute("SELECT rank, file FROM ranks").fetchall())
@@ -113,16 +117,38 @@ def check_one_run(con, hosts: dict[int, str | None]) -> None:
     for rank, host in hosts.items():
         if isinstance(host, str) and host and rank in windows:
             by_host.setdefault(host, []).append(rank)
-    for host, ranks in by_host.items():
-        ranks.sort(key=lambda r: windows[r])
-        first = ranks[0]
-        for rank in ranks[1:]:
-            if windows[rank][0] > windows[first][1]:
-                gap_s = (windows[rank][0] - windows[first][1]) / 1e9
-                raise TraceFormatError(
-                    f"rank {rank} was recorded on host {host!r} like rank {first}, but {gap_s:,.1f} s "
-                    f"after rank {first}'s profiled steps ended: the files come from different runs "
-                    "or profiling windows", files.get(rank))
+    for host, ranks in sorted(by_host.items()):
+        ranks.sort(key=lambda r: (windows[r], r))
+        starts = [windows[r][0] for r in ranks]
+        ends = sorted(windows[r][1] for r in ranks)
+        # (the windows overlapping rank r's: those starting by its end, less those ending before its start)
+        overlaps = {r: bisect_right(starts, windows[r][1]) - bisect_left(ends, windows[r][0]) for r in ranks}
+        run = max(ranks, key=lambda r: overlaps[r])  # (the first of the most: the earliest window)
+        lo, hi = windows[run]
+        outside = [r for r in ranks if windows[r][0] > hi or windows[r][1] < lo]
+        if not outside:
+            continue
+        rank = outside[0]
+        inside = sorted(r for r in ranks if r not in outside)
+        like = f"rank {inside[0]}" if len(inside) == 1 else (
+            "ranks " + ", ".join(map(str, inside)) if len(inside) <= 8 else f"ranks {inside[0]}-{inside[-1]} ({len(inside)})")
+        if windows[rank][0] > hi:
+            when = f"{(windows[rank][0] - hi) / 1e9:,.1f} s after theirs ended"
+        else:
+            when = f"{(lo - windows[rank][1]) / 1e9:,.1f} s before theirs began"
+        if _bad_time_base(con, rank):
+            raise TraceFormatError(
+                f"rank {rank}'s baseTimeNanoseconds is not a usable time base: its times, read as absolute, put "
+                f"its profiled steps {when.replace('theirs', f'those of {like} (host {host!r})')}", files.get(rank))
+        raise TraceFormatError(
+            f"rank {rank} was recorded on host {host!r} like {like}, but its profiled steps ran {when}: the "
+            "files come from different runs or profiling windows", files.get(rank))
+
+
+def _bad_time_base(con, rank: int) -> bool:
+    """Whether the rank's map noted an unusable time base (bad-time-base)."""
+    return con.execute("SELECT 1 FROM load_issues WHERE rank = ? AND kind = 'bad-time-base' LIMIT 1",
+                       [rank]).fetchone() is not None
 
 
 def usable_shards(store: ShardStore, ranks: list[int], cache_root: str,
