@@ -331,6 +331,10 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
             raise TraceanalyzeError(f"cannot write the database here ({_short_os_error(exc)})",
                                     str(db_path)) from None
         try:
+            # (one transaction: each statement committed on its own had DuckDB sync its log to
+            # disk, 131 times in one rank's reduce, ms each on a network file system; the work
+            # file is deleted, never recovered, if the load stops)
+            con.execute("BEGIN TRANSACTION")
             attach_shards(con, shards, materialize)
             record_notes(con, notes)
             insert_dumps(con, list(dumps))
@@ -341,6 +345,7 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                                   "shard_folders": json.dumps([os.path.abspath(s.folder) for s in shards]),
                                   "shard_manifests": manifests_digest({s.rank: s.manifest for s in shards})})})
             (events,) = con.execute("SELECT count(*) FROM raw_events").fetchone()
+            con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:
             con.close()
