@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "ddp" / "balanced"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURE = FIXTURES / "ddp" / "balanced"
 
 SHIM = Path(__file__).parent.parent / "bench" / "sync_shim.c"  # (bench/bench_sync.py uses it too)
 
@@ -55,3 +56,16 @@ def test_a_load_syncs_its_database_log_twice_per_connection_that_writes(shim, tm
         (ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
         (steps,) = con.execute("SELECT count(DISTINCT rank) FROM steps").fetchone()
     assert ranks == steps == len(list(FIXTURE.glob("rank*.pt.trace.json*")))
+
+
+def test_a_folder_of_flight_recorder_dumps_alone_syncs_its_log_twice(shim, tmp_path):
+    """Dumps alone: one connection writes the database (its commit and its checkpoint: 2
+    syncs of the log, where a commit per statement made 93)."""
+    folder = FIXTURES / "flight_recorder" / "desync_op"
+    db = tmp_path / "trace.duckdb"
+    syncs = synced_files(shim, tmp_path, "load", str(folder), "--db", str(db))
+    log_syncs = [p for p in syncs if p.startswith(str(db)) and p.endswith(".wal")]
+    assert 1 <= len(log_syncs) <= 2, syncs
+    with duckdb.connect(str(db), read_only=True) as con:
+        (dumps,) = con.execute("SELECT count(*) FROM fr_dumps").fetchone()
+    assert dumps == len(list(folder.glob("nccl_trace_rank_*")))

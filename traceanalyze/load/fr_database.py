@@ -32,6 +32,7 @@ def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) ->
         except (OSError, duckdb.Error) as exc:
             raise TraceanalyzeError(f"cannot write the database here ({exc})", str(db_path)) from None
         try:
+            con.execute("BEGIN TRANSACTION")  # (one commit, one sync of the log: as the reduce's)
             tracedb.create_schema(con)
             tracedb.create_macros(con)
             insert_dumps(con, dumps)
@@ -41,6 +42,7 @@ def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) ->
             rows = {"schema_version": tracedb.SCHEMA_VERSION, "tool_version": __version__,
                     "macros": tracedb.macros_fingerprint(), "storage": "tables", **meta}
             con.executemany("INSERT INTO load_meta VALUES (?, ?)", list(rows.items()))
+            con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:
             con.close()
