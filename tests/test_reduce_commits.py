@@ -33,13 +33,17 @@ def shim(tmp_path_factory) -> Path:
     return folder / "shim.so"
 
 
-def synced_files(shim: Path, tmp_path: Path, *args: str) -> list[str]:
-    log = tmp_path / "syncs.log"
+def log_syncs(shim: Path, tmp_path: Path, folder: Path) -> tuple[Path, list[str]]:
+    """`traceanalyze load folder` into tmp_path/trace.duckdb: the database and the syncs of its
+    log (the work file is renamed into place at the end: its name is the database's and a
+    suffix)."""
+    db, log = tmp_path / "trace.duckdb", tmp_path / "syncs.log"
     env = {**os.environ, "LD_PRELOAD": str(shim), "SYNC_LOG": str(log)}
-    proc = subprocess.run([sys.executable, "-m", "traceanalyze", *args], env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "traceanalyze", "load", str(folder), "--db", str(db)], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return log.read_text().splitlines() if log.exists() else []
+    synced = log.read_text().splitlines() if log.exists() else []
+    return db, [p for p in synced if p.startswith(str(db)) and p.endswith(".wal")]
 
 
 def test_a_load_syncs_its_database_log_twice_per_connection_that_writes(shim, tmp_path):
@@ -47,11 +51,8 @@ def test_a_load_syncs_its_database_log_twice_per_connection_that_writes(shim, tm
     (the reduce's, and the one inserting the critical path's segments), each in one
     transaction, and DuckDB syncs a connection's log at its commit and at its checkpoint: at
     most 4 syncs of the log, where a commit per statement made 102."""
-    db = tmp_path / "trace.duckdb"
-    syncs = synced_files(shim, tmp_path, "load", str(FIXTURE), "--db", str(db))
-    # (the work file is renamed into place at the end: its name is the database's and a suffix)
-    log_syncs = [p for p in syncs if p.startswith(str(db)) and p.endswith(".wal")]
-    assert 1 <= len(log_syncs) <= 4, syncs
+    db, synced = log_syncs(shim, tmp_path, FIXTURE)
+    assert 1 <= len(synced) <= 4, synced
     with duckdb.connect(str(db), read_only=True) as con:  # (and what it committed is all there)
         (ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
         (steps,) = con.execute("SELECT count(DISTINCT rank) FROM steps").fetchone()
@@ -62,10 +63,8 @@ def test_a_folder_of_flight_recorder_dumps_alone_syncs_its_log_twice(shim, tmp_p
     """Dumps alone: one connection writes the database (its commit and its checkpoint: 2
     syncs of the log, where a commit per statement made 93)."""
     folder = FIXTURES / "flight_recorder" / "desync_op"
-    db = tmp_path / "trace.duckdb"
-    syncs = synced_files(shim, tmp_path, "load", str(folder), "--db", str(db))
-    log_syncs = [p for p in syncs if p.startswith(str(db)) and p.endswith(".wal")]
-    assert 1 <= len(log_syncs) <= 2, syncs
+    db, synced = log_syncs(shim, tmp_path, folder)
+    assert 1 <= len(synced) <= 2, synced
     with duckdb.connect(str(db), read_only=True) as con:
         (dumps,) = con.execute("SELECT count(*) FROM fr_dumps").fetchone()
     assert dumps == len(list(folder.glob("nccl_trace_rank_*")))

@@ -129,20 +129,22 @@ def check_one_run(con, hosts: dict[int, str | None]) -> None:
         if not outside:
             continue
         rank = outside[0]
-        inside = sorted(r for r in ranks if r not in outside)
+        inside = sorted(set(ranks) - set(outside))
         like = f"rank {inside[0]}" if len(inside) == 1 else (
             "ranks " + ", ".join(map(str, inside)) if len(inside) <= 8 else f"ranks {inside[0]}-{inside[-1]} ({len(inside)})")
-        if windows[rank][0] > hi:
-            when = f"{(windows[rank][0] - hi) / 1e9:,.1f} s after theirs ended"
-        else:
-            when = f"{(lo - windows[rank][1]) / 1e9:,.1f} s before theirs began"
+        after = windows[rank][0] > hi
+        gap_s = (windows[rank][0] - hi if after else lo - windows[rank][1]) / 1e9
+
+        def when(theirs: str) -> str:
+            return f"{gap_s:,.1f} s {'after' if after else 'before'} {theirs} {'ended' if after else 'began'}"
+
         if _bad_time_base(con, rank):
             raise TraceFormatError(
                 f"rank {rank}'s baseTimeNanoseconds is not a usable time base: its times, read as absolute, put "
-                f"its profiled steps {when.replace('theirs', f'those of {like} (host {host!r})')}", files.get(rank))
+                f"its profiled steps {when(f'those of {like} (host {host!r})')}", files.get(rank))
         raise TraceFormatError(
-            f"rank {rank} was recorded on host {host!r} like {like}, but its profiled steps ran {when}: the "
-            "files come from different runs or profiling windows", files.get(rank))
+            f"rank {rank} was recorded on host {host!r} like {like}, but its profiled steps ran {when('theirs')}: "
+            "the files come from different runs or profiling windows", files.get(rank))
 
 
 def _bad_time_base(con, rank: int) -> bool:
