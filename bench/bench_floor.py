@@ -89,7 +89,8 @@ con = duckdb.connect(str(work / "store.duckdb"))
 tracedb.create_macros(con)
 (work / "store_tables").mkdir(exist_ok=True)
 con.execute(f"COPY raw_events TO '{work / 'store_tables' / 'raw_events.parquet'}' (FORMAT parquet)")
-_native.rank_tables_of_parquet(str(work / "store_tables" / "raw_events.parquet"), str(work / "store_tables"), 0)
+_native.rank_tables_of_parquet(str(work / "store_tables" / "raw_events.parquet"), str(work / "store_tables"), 0,
+                               kernel_classes=tracedb.kernel_classes())
 from traceanalyze.load.read import DERIVED_TABLES, _derived_params
 _native.derive_rank_tables(str(work / "store_tables"), str(work / "store_tables"), 0, [], _derived_params())
 for table in (*NATIVE_TABLES, *DERIVED_TABLES):
@@ -99,8 +100,10 @@ timed(lambda: tracedb.build_tables(con))
 """,
     "parse + write Parquet": """
 from traceanalyze import _native
+from traceanalyze import db as tracedb
+classes = tracedb.kernel_classes()
 timed(lambda: _native.write_raw_events_parquet(str(trace), str(work / "raw_events.parquet"), 0,
-                                               tables_dir=str(work)))
+                                               tables_dir=str(work), kernel_classes=classes))
 """,
     "per-rank tables from Parquet": """
 from traceanalyze import _native

@@ -17,6 +17,7 @@ pub mod nesting;
 pub mod parquet_out;
 pub mod parquet_props;
 pub mod pftrace;
+pub mod plain_json;
 #[cfg(feature = "python")]
 mod python;
 pub mod rank_tables;

@@ -262,45 +262,7 @@ const STRUCTURAL: [bool; 256] = {
 pub fn value_end(buf: &[u8], i: usize) -> Result<Option<usize>, ScanError> {
     match buf[i] {
         b'"' => Ok(string_end(buf, i)),
-        b'{' | b'[' => {
-            // (one byte at a time through a class table: most bytes are plain; the short
-            // strings of an event are cheaper to walk inline than to hand to memchr)
-            let mut depth = 0usize;
-            let mut j = i;
-            let n = buf.len();
-            while j < n {
-                let c = buf[j];
-                if !STRUCTURAL[c as usize] {
-                    j += 1;
-                    continue;
-                }
-                match c {
-                    b'"' => {
-                        j += 1;
-                        loop {
-                            match buf.get(j) {
-                                None => return Ok(None),
-                                Some(b'"') => break,
-                                Some(b'\\') => j += 2,
-                                Some(_) => j += 1,
-                            }
-                        }
-                        j += 1;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Ok(Some(j + 1));
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            Ok(None)
-        }
+        b'{' | b'[' => Ok(container_end(buf, i)),
         b'}' | b']' | b',' | b':' => Err(ScanError::Syntax(
             i,
             format!("unexpected '{}'", buf[i] as char),
@@ -316,6 +278,162 @@ pub fn value_end(buf: &[u8], i: usize) -> Result<Option<usize>, ScanError> {
             }
         }
     }
+}
+
+/// End (exclusive) of the object or array starting at `buf[i]`, or None if the buffer ends
+/// first: brackets outside strings counted by depth, 64 bytes at a time. A 64-byte chunk
+/// holding no backslash is read by its masks (the quotes' prefix XOR marks what is inside a
+/// string); one with a backslash, and the last bytes, a byte at a time (`walk_bytes`), which
+/// is the reference: both give the same end for any bytes, valid JSON or not (tests below).
+fn container_end(buf: &[u8], i: usize) -> Option<usize> {
+    let n = buf.len();
+    let (mut depth, mut in_string, mut j) = (0usize, false, i);
+    while j + 64 <= n {
+        let chunk: &[u8; 64] = buf[j..j + 64].try_into().expect("64 bytes");
+        let m = masks(chunk);
+        if m.backslash != 0 {
+            match walk_bytes(buf, j, j + 64, &mut depth, &mut in_string) {
+                Walk::Found(end) => return Some(end),
+                Walk::At(next) => j = next,
+            }
+            continue;
+        }
+        let inside = prefix_xor(m.quote) ^ if in_string { !0 } else { 0 };
+        let mut brackets = (m.open | m.close) & !inside;
+        while brackets != 0 {
+            let k = brackets.trailing_zeros();
+            if m.open >> k & 1 == 1 {
+                depth += 1;
+            } else {
+                depth -= 1; // (the first byte opened: depth >= 1 here)
+                if depth == 0 {
+                    return Some(j + k as usize + 1);
+                }
+            }
+            brackets &= brackets - 1;
+        }
+        in_string = inside >> 63 == 1;
+        j += 64;
+    }
+    match walk_bytes(buf, j, n, &mut depth, &mut in_string) {
+        Walk::Found(end) => Some(end),
+        Walk::At(_) => None,
+    }
+}
+
+enum Walk {
+    /// the container ends just before this offset
+    Found(usize),
+    /// not yet: go on from this offset (past `stop` after an escape at its end)
+    At(usize),
+}
+
+/// `container_end` a byte at a time from `j` to `stop`, from the state `depth`/`in_string`.
+fn walk_bytes(
+    buf: &[u8],
+    mut j: usize,
+    stop: usize,
+    depth: &mut usize,
+    in_string: &mut bool,
+) -> Walk {
+    while j < stop {
+        let c = buf[j];
+        if *in_string {
+            match c {
+                b'"' => *in_string = false,
+                b'\\' => {
+                    j += 2;
+                    continue;
+                }
+                _ => {}
+            }
+        } else if STRUCTURAL[c as usize] {
+            match c {
+                b'"' => *in_string = true,
+                b'{' | b'[' => *depth += 1,
+                _ => {
+                    *depth -= 1;
+                    if *depth == 0 {
+                        return Walk::Found(j + 1);
+                    }
+                }
+            }
+        }
+        j += 1;
+    }
+    Walk::At(j)
+}
+
+/// Bit k set where byte k of the chunk is a quote, a backslash, an opening or a closing bracket.
+struct Masks {
+    quote: u64,
+    backslash: u64,
+    open: u64,
+    close: u64,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn masks(chunk: &[u8; 64]) -> Masks {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of every x86_64 CPU; the four unaligned 16-byte loads stay inside
+    // the 64-byte array.
+    unsafe {
+        let (quote, backslash) = (_mm_set1_epi8(b'"' as i8), _mm_set1_epi8(b'\\' as i8));
+        // '{' | 0x20 == '{' and '[' | 0x20 == '{'; '}' and ']' likewise: no other byte does
+        let (lower, open, close) = (
+            _mm_set1_epi8(0x20),
+            _mm_set1_epi8(b'{' as i8),
+            _mm_set1_epi8(b'}' as i8),
+        );
+        let mut m = Masks {
+            quote: 0,
+            backslash: 0,
+            open: 0,
+            close: 0,
+        };
+        for k in 0..4 {
+            let v = _mm_loadu_si128(chunk.as_ptr().add(16 * k) as *const __m128i);
+            let folded = _mm_or_si128(v, lower);
+            let bits = |x: __m128i| (_mm_movemask_epi8(x) as u32 as u64 & 0xffff) << (16 * k);
+            m.quote |= bits(_mm_cmpeq_epi8(v, quote));
+            m.backslash |= bits(_mm_cmpeq_epi8(v, backslash));
+            m.open |= bits(_mm_cmpeq_epi8(folded, open));
+            m.close |= bits(_mm_cmpeq_epi8(folded, close));
+        }
+        m
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn masks(chunk: &[u8; 64]) -> Masks {
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        open: 0,
+        close: 0,
+    };
+    for (k, &c) in chunk.iter().enumerate() {
+        let bit = 1u64 << k;
+        match c {
+            b'"' => m.quote |= bit,
+            b'\\' => m.backslash |= bit,
+            b'{' | b'[' => m.open |= bit,
+            b'}' | b']' => m.close |= bit,
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Bit k: the XOR of bits 0..=k (inside a string after an odd number of quotes).
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
 }
 
 #[cfg(test)]
@@ -370,5 +488,100 @@ mod tests {
             err,
             ScanError::Syntax(9, "expected ',' or ']' between events".into())
         );
+    }
+
+    /// value_end's loop for a container before the chunks, verbatim: the reference.
+    fn reference_end(buf: &[u8], i: usize) -> Option<usize> {
+        let mut depth = 0usize;
+        let mut j = i;
+        let n = buf.len();
+        while j < n {
+            let c = buf[j];
+            if !STRUCTURAL[c as usize] {
+                j += 1;
+                continue;
+            }
+            match c {
+                b'"' => {
+                    j += 1;
+                    loop {
+                        match buf.get(j) {
+                            None => return None,
+                            Some(b'"') => break,
+                            Some(b'\\') => j += 2,
+                            Some(_) => j += 1,
+                        }
+                    }
+                    j += 1;
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(j + 1);
+                    }
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        None
+    }
+
+    /// Random bytes mostly of JSON's structure (brackets, quotes, backslashes, letters, other
+    /// bytes), every start that opens a container: the chunked end is the byte walk's, for
+    /// any text, cut anywhere, valid JSON or not.
+    #[test]
+    fn chunks_end_where_the_byte_walk_ends() {
+        let alphabet = b"{}[]\"\\\"\"{}ab:, \n\xff";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut checked = 0;
+        for _ in 0..4_000 {
+            let len = (next() % 400) as usize;
+            let weight = next() % 4; // (some texts all letters: long runs of plain chunks)
+            let buf: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    if r % 4 < weight {
+                        b'a'
+                    } else {
+                        alphabet[(r >> 8) as usize % alphabet.len()]
+                    }
+                })
+                .collect();
+            for i in 0..len {
+                if matches!(buf[i], b'{' | b'[') {
+                    assert_eq!(
+                        container_end(&buf, i),
+                        reference_end(&buf, i),
+                        "{:?} from {i}",
+                        String::from_utf8_lossy(&buf)
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50_000, "{checked}");
+    }
+
+    /// A string spanning chunks, an escaped quote and an escape at a chunk's last byte.
+    #[test]
+    fn strings_and_escapes_across_chunks() {
+        for pad in 0..70 {
+            let text = format!(
+                "{{\"k\": \"{}\\\"{{]\", \"v\": [1, {{}}]}} tail",
+                "x".repeat(pad)
+            );
+            let end = text.find(" tail").unwrap();
+            assert_eq!(container_end(text.as_bytes(), 0), Some(end), "{text}");
+            assert_eq!(container_end(&text.as_bytes()[..end - 1], 0), None);
+        }
     }
 }
