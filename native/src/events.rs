@@ -1,6 +1,7 @@
 //! Stage 3: one event's JSON text -> one row of typed columns.
 //!
-//! `serde_json` decodes the event object into borrowed raw values (any key order; of a key
+//! An event in plain tokens is read by hand (plain_json.rs); any other, `serde_json` decodes
+//! into borrowed raw values (any key order; of a key
 //! given twice, the last value wins, as in Python's json and JavaScript, and it is counted);
 //! `values.rs` types them exactly. Odd values become NULL and are counted in `Tally`.
 
