@@ -385,43 +385,18 @@ impl Default for Scratch<'_> {
 /// event is read again from scratch).
 fn plain_event<'a>(text: &'a str, ev: &mut Event<'a, '_>) -> Option<()> {
     let mut c = Cursor::new(text);
-    c.eat(b'{')?;
-    c.ws();
-    if c.peek()? == b'}' {
-        c.i += 1;
-        return c.at_end().then_some(());
-    }
-    loop {
-        let key = c.string()?;
-        c.ws();
-        c.eat(b':')?;
-        c.ws();
+    c.members(|c, key| {
         match top_slot(key) {
             Some(ARGS) => {
                 ev.restart_args();
                 match c.peek()? {
                     b'{' => {
                         ev.args_kind = ArgsKind::Object;
-                        c.i += 1;
-                        c.ws();
-                        if c.peek()? == b'}' {
-                            c.i += 1;
-                        } else {
-                            loop {
-                                let k = c.string()?;
-                                c.ws();
-                                c.eat(b':')?;
-                                c.ws();
-                                let v = c.value(2)?;
-                                ev.set_arg(Key(Cow::Borrowed(k)), v);
-                                c.ws();
-                                match c.next()? {
-                                    b',' => c.ws(),
-                                    b'}' => break,
-                                    _ => return None,
-                                }
-                            }
-                        }
+                        c.members(|c, k| {
+                            let v = c.value(2)?;
+                            ev.set_arg(Key(Cow::Borrowed(k)), v);
+                            Some(())
+                        })?;
                     }
                     b'n' if c.value(1)? == "null" => {} // (no args)
                     _ => return None, // (args of another kind: serde's path counts it)
@@ -435,13 +410,8 @@ fn plain_event<'a>(text: &'a str, ev: &mut Event<'a, '_>) -> Option<()> {
                 c.value(1)?;
             }
         }
-        c.ws();
-        match c.next()? {
-            b',' => c.ws(),
-            b'}' => break,
-            _ => return None,
-        }
-    }
+        Some(())
+    })?;
     c.at_end().then_some(())
 }
 

@@ -40,7 +40,7 @@ impl<'a> Cursor<'a> {
 
     /// The next byte, taken.
     #[inline]
-    pub fn next(&mut self) -> Option<u8> {
+    pub fn take(&mut self) -> Option<u8> {
         let c = self.peek()?;
         self.i += 1;
         Some(c)
@@ -49,7 +49,7 @@ impl<'a> Cursor<'a> {
     /// The byte `c`, taken; None if another comes.
     #[inline]
     pub fn eat(&mut self, c: u8) -> Option<()> {
-        (self.next()? == c).then_some(())
+        (self.take()? == c).then_some(())
     }
 
     /// Only whitespace is left.
@@ -74,6 +74,47 @@ impl<'a> Cursor<'a> {
         Some(&self.text[start..start + k]) // (between two ASCII quotes: char boundaries)
     }
 
+    /// An object here, `{ "key": value, ... }`: `value` reads each member's value (the cursor
+    /// on it, past the colon) and is told its key.
+    #[inline]
+    pub fn members(
+        &mut self,
+        mut value: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.items(b'{', b'}', |c| {
+            let key = c.string()?;
+            c.ws();
+            c.eat(b':')?;
+            c.ws();
+            value(c, key)
+        })
+    }
+
+    /// A container here from its `open` byte to its `close` byte: `item` reads each item.
+    #[inline]
+    fn items(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
+        self.ws();
+        if self.peek()? == close {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            self.ws();
+            match self.take()? {
+                b',' => self.ws(),
+                c if c == close => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+
     /// A whole value here, at nesting level `depth` (of its container): its text.
     pub fn value(&mut self, depth: u32) -> Option<&'a str> {
         let start = self.i;
@@ -85,45 +126,13 @@ impl<'a> Cursor<'a> {
                 if depth >= MAX_DEPTH {
                     return None;
                 }
-                self.i += 1;
-                self.ws();
-                if self.peek()? == b'}' {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.string()?;
-                        self.ws();
-                        self.eat(b':')?;
-                        self.ws();
-                        self.value(depth + 1)?;
-                        self.ws();
-                        match self.next()? {
-                            b',' => self.ws(),
-                            b'}' => break,
-                            _ => return None,
-                        }
-                    }
-                }
+                self.members(|c, _key| c.value(depth + 1).map(drop))?;
             }
             b'[' => {
                 if depth >= MAX_DEPTH {
                     return None;
                 }
-                self.i += 1;
-                self.ws();
-                if self.peek()? == b']' {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.value(depth + 1)?;
-                        self.ws();
-                        match self.next()? {
-                            b',' => self.ws(),
-                            b']' => break,
-                            _ => return None,
-                        }
-                    }
-                }
+                self.items(b'[', b']', |c| c.value(depth + 1).map(drop))?;
             }
             b't' => self.word(b"true")?,
             b'f' => self.word(b"false")?,
@@ -155,7 +164,7 @@ impl<'a> Cursor<'a> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
-        match self.next()? {
+        match self.take()? {
             b'0' => {
                 if let Some(b'0'..=b'9') = self.peek() {
                     return None; // (one leading zero only)
