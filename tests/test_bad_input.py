@@ -178,6 +178,32 @@ def test_truncation_is_reported_on_stderr(cli, run0, rank0_text, tmp_path):
     assert any("ends abruptly" in line for line in quiet.stderr.splitlines())
 
 
+def test_a_load_prints_the_load_issues_its_database_holds(cli, run0, rank0_text, tmp_path):
+    """The load hands the command the issues it read while building the database (not opened
+    again to read them): the lines are the database's load_issues, warnings first, the same
+    as a re-run (which reads them from the stored database) prints."""
+    folder = tmp_path / "t"
+    copy_world(run0, folder, ranks={1, 2, 3})
+    put(folder, run0[0].name, gzip.compress(rank0_text)[: len(run0[0].read_bytes()) // 2])
+    db = tmp_path / "x.duckdb"
+    fresh, again = cli("load", folder, "--db", db), cli("load", folder, "--db", db)
+    assert fresh.returncode == 0 and again.returncode == 0, fresh.stderr + again.stderr
+    assert "reused" in again.stdout
+
+    def printed(proc):
+        return [line for line in proc.stderr.splitlines()
+                if line.startswith(("traceanalyze: warning: ", "traceanalyze: info: "))]
+
+    rows = q(db, "SELECT severity, file, message, count FROM load_issues")
+    assert any(severity == "warning" for severity, *_ in rows)
+    expected = [f"traceanalyze: {sev}: " + (f"{file}: " if file else "") + message
+                + (f" ({count:,} events)" if count else "") for sev, file, message, count in rows]
+    assert sorted(printed(fresh)) == sorted(expected)
+    assert [line.split(": ")[1] for line in printed(fresh)] == sorted(
+        [sev for sev, *_ in rows], key=lambda s: s == "info")
+    assert printed(fresh) == printed(again)
+
+
 def test_cut_inside_the_header_is_a_clear_error(cli, rank0_text, tmp_path):
     start, _ = tj.event_end_offsets(rank0_text)
     folder = tmp_path / "t"
