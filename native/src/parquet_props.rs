@@ -57,7 +57,7 @@ pub const WITH_STATISTICS: &[&str] = &["rank", "step", "ts_ns", "end_ns"];
 pub fn properties(codec: Codec, no_dictionary: &[&str]) -> WriterProperties {
     let mut builder = WriterProperties::builder()
         .set_compression(codec.compression())
-        .set_max_row_group_size(ROW_GROUP_ROWS)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_created_by("traceanalyze native reader".into())
         .set_statistics_enabled(EnabledStatistics::None);
     for column in WITH_STATISTICS {
