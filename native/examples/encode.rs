@@ -40,6 +40,10 @@ fn main() {
             w.write(b).unwrap();
         }
         w.close().unwrap();
-        println!("{codec:?}: {:.3} s, {} bytes", t.elapsed().as_secs_f64(), out.len());
+        println!(
+            "{codec:?}: {:.3} s, {} bytes",
+            t.elapsed().as_secs_f64(),
+            out.len()
+        );
     }
 }
