@@ -25,6 +25,9 @@ step_phases and every table built on them, and was written again by the same com
 SCHEMA_VERSION 15 added `cpu_ops.self_ns` and `annotations.self_ns` (built by the native reader;
 step_regions reads them): every table of every folder hashed without those two columns gave the
 previous reference's checksums, and the file was then written again by the same command.
+SCHEMA_VERSION 17 added `top_host_ops` (the critical path's top-level host ops, built by the
+reader): every other table of every folder, critical_path included, gave the previous
+reference's checksums, and the file was then written again by the same command.
 """
 
 from __future__ import annotations

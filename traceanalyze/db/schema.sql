@@ -239,6 +239,19 @@ CREATE TABLE main_threads (
     tid VARCHAR                 -- thread id of the training loop
 );
 
+-- The training-loop thread's top-level host work, per step: of its host ops (cpu_ops but the
+-- ProfilerStep#N ranges) and host annotations (on_gpu false) of main_threads' thread, taken in the
+-- order start, the later end first, then name, those that start at or after the end of every
+-- earlier one of their step (none of them still runs). The critical path names its host segments
+-- after them. Rows without a step are left out.
+CREATE TABLE top_host_ops (
+    rank INTEGER,               -- global rank
+    step BIGINT,                -- step holding the start
+    ts_ns BIGINT,               -- start, ns
+    end_ns BIGINT,              -- end, ns
+    name VARCHAR                -- op or annotation name
+);
+
 -- Allocator events from profile_memory=True ('[memory]' instants): one row per allocation or free.
 CREATE TABLE memory (
     rank INTEGER,                 -- global rank

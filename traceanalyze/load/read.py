@@ -47,7 +47,7 @@ NATIVE_TABLES = ("threads", "steps", "cpu_ops", "annotations", "runtime", "kerne
 # the per-rank tables the reader builds from those files (native/src/derived), written beside them
 DERIVED_TABLES = ("memcpy", "collectives", "step_comm", "main_threads", "memory", "all_to_all_calls",
                   "step_batches", "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps",
-                  "step_gpu", "step_regions", "op_flops")
+                  "step_gpu", "step_regions", "op_flops", "top_host_ops")
 
 
 def _cut_short() -> tuple[int, int]:

@@ -40,6 +40,7 @@ SHARD_TABLES = (
     "ranks", "pg_configs", "load_issues", "raw_events", "threads", "steps", "cpu_ops", "annotations", "runtime",
     "kernels", "memcpy", "collectives", "all_to_all_calls", "step_comm", "memory", "step_batches", "main_threads",
     "phase_intervals", "step_phases", "gpu_busy_intervals", "gpu_idle_gaps", "step_gpu", "step_regions", "op_flops",
+    "top_host_ops",
 )
 
 

@@ -43,6 +43,7 @@ pub const DERIVED: &[&str] = &[
     "step_gpu",
     "step_regions",
     "op_flops",
+    "top_host_ops",
 ];
 
 /// One of the rank's process groups (its distributedInfo.pg_config, as `pg_configs` holds it).
@@ -565,6 +566,7 @@ pub fn derive_tables(
         )?;
         let main = tables::main_thread(&x);
         laps.write(tables::main_threads(rank, main.as_deref()), "main_threads")?;
+        laps.write(tables::top_host_ops(&x, main.as_deref()), "top_host_ops")?;
         let phases = phases::intervals(&x, main.as_deref(), &collectives);
         laps.write(phases::intervals_table(&x, &phases), "phase_intervals")?;
         laps.write(phases::step_phases(&x, &phases), "step_phases")?;

@@ -537,3 +537,72 @@ pub fn step_batches(x: &Inputs) -> Columns {
         )
         .i64("max_seq_len", (0..n).map(|k| ids(k).map(|t| t.2)))
 }
+
+/// `top_host_ops`: the training-loop thread's top-level host work, per step: of its host ops
+/// (cpu_ops but the ProfilerStep#N ranges) and host annotations, taken in the order start, the
+/// later end first, then name (bytes; a missing name last), those that start at or after the
+/// end of every earlier one of their step. What the critical path names its host segments
+/// after (analysis/critical_path.py). Rows without a step, start or end are left out: they
+/// cover nothing, and the walk reads none.
+pub fn top_host_ops(x: &Inputs, main: Option<&str>) -> Columns {
+    let mut rows: Vec<(i64, i64, i64, Option<&str>)> = Vec::new(); // (step, ts, end, name)
+    if let Some(main) = main {
+        let c = &x.cpu_ops;
+        for i in 0..c.name.len() {
+            let name = text_at(&c.name, i);
+            if text_at(&c.tid, i) != Some(main)
+                || name.is_none_or(|n| n.starts_with("ProfilerStep#"))
+            {
+                continue;
+            }
+            if let (Some(step), Some(ts), Some(end)) =
+                (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
+            {
+                rows.push((step, ts, end, name));
+            }
+        }
+        let a = &x.annotations;
+        for i in 0..a.name.len() {
+            if text_at(&a.tid, i) != Some(main) || flag_at(&a.on_gpu, i) != Some(false) {
+                continue;
+            }
+            if let (Some(step), Some(ts), Some(end)) =
+                (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i))
+            {
+                rows.push((step, ts, end, text_at(&a.name, i)));
+            }
+        }
+    }
+    rows.sort_unstable_by(|a, b| {
+        (a.0, a.1, std::cmp::Reverse(a.2), a.3.is_none(), a.3).cmp(&(
+            b.0,
+            b.1,
+            std::cmp::Reverse(b.2),
+            b.3.is_none(),
+            b.3,
+        ))
+    });
+    let mut top = Vec::new();
+    let mut latest: Option<(i64, i64)> = None; // (step, the latest end so far in it)
+    for row in rows {
+        let (step, ts, end, _) = row;
+        match latest {
+            Some((s, e)) if s == step => {
+                if ts >= e {
+                    top.push(row);
+                }
+                latest = Some((step, e.max(end)));
+            }
+            _ => {
+                top.push(row);
+                latest = Some((step, end));
+            }
+        }
+    }
+    Columns::default()
+        .i32("rank", top.iter().map(|_| Some(x.rank)))
+        .i64("step", top.iter().map(|r| Some(r.0)))
+        .i64("ts_ns", top.iter().map(|r| Some(r.1)))
+        .i64("end_ns", top.iter().map(|r| Some(r.2)))
+        .text("name", top.iter().map(|r| r.3))
+}
