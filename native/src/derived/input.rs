@@ -287,13 +287,25 @@ impl Table {
         let file = File::open(path).map_err(|e| fail(&e))?;
         let plain =
             ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| fail(&e))?;
-        // (the texts kept as ids are read as dictionaries: no string a row; the texts few rows
-        // have as plain texts: a column of nulls read as a dictionary cost 0.1 µs a row, 28 ms
-        // for each of four empty columns of a 200 MB trace's cpu_ops, against under 3 plain)
+        // (the texts kept as ids are read as dictionaries, no string a row, where every row group
+        // stored the column as one with no more nulls than values; the texts few rows have, and
+        // the rest, as plain texts: a column of nulls read as a dictionary cost 0.1 µs a row, 28
+        // ms for each of four empty columns of a 200 MB trace's cpu_ops, against under 3 plain)
+        let meta = plain.metadata();
         let dictionary = |name: &str| {
             columns
                 .iter()
                 .any(|(c, k)| *c == name && matches!(k, Kind::Shared))
+                && meta.row_groups().iter().all(|g| {
+                    g.columns().iter().any(|chunk| {
+                        chunk.column_path().string() == name
+                            && chunk.dictionary_page_offset().is_some()
+                            && chunk
+                                .statistics()
+                                .and_then(|s| s.null_count_opt())
+                                .is_none_or(|nulls| nulls.saturating_mul(2) <= g.num_rows() as u64)
+                    })
+                })
         };
         let fields: Vec<Field> = plain
             .schema()
