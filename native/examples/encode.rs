@@ -1,5 +1,5 @@
 //! The Parquet encoding of raw_events alone: a file's batches read into memory first, then
-//! written as the map writes them (one thread), and with the columns encoded on two threads.
+//! written as the map writes them (its writer properties, one thread), once per codec.
 //! `cargo run --release --no-default-features --example encode -- FILE`.
 
 use std::io::Cursor;

@@ -573,15 +573,7 @@ pub fn top_host_ops(x: &Inputs, main: Option<&str>) -> Columns {
             }
         }
     }
-    rows.sort_unstable_by(|a, b| {
-        (a.0, a.1, std::cmp::Reverse(a.2), a.3.is_none(), a.3).cmp(&(
-            b.0,
-            b.1,
-            std::cmp::Reverse(b.2),
-            b.3.is_none(),
-            b.3,
-        ))
-    });
+    rows.sort_unstable_by_key(|r| (r.0, r.1, std::cmp::Reverse(r.2), r.3.is_none(), r.3));
     let mut top = Vec::new();
     let mut latest: Option<(i64, i64)> = None; // (step, the latest end so far in it)
     for row in rows {
