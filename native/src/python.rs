@@ -660,6 +660,7 @@ fn columns() -> Vec<&'static str> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::tune_allocator();
     m.add_class::<TraceReader>()?;
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(write_raw_events_parquet, m)?)?;
