@@ -839,9 +839,19 @@ fn rows_batch(
                 columns.push(by(c));
             }
             let pattern = sync_pattern();
-            columns.push(Arc::new(BooleanArray::from_iter(
-                (0..n).map(|i| text_at(names, i).map(|s| pattern.is_match(s))),
-            )));
+            // (calls come in runs of one name: each run matched once)
+            let mut last: Option<(&str, bool)> = None;
+            columns.push(Arc::new(BooleanArray::from_iter((0..n).map(|i| {
+                let name = text_at(names, i)?;
+                Some(match last {
+                    Some((seen, sync)) if seen == name => sync,
+                    _ => {
+                        let sync = pattern.is_match(name);
+                        last = Some((name, sync));
+                        sync
+                    }
+                })
+            }))));
         }
         other => panic!("no native table {other}"),
     }

@@ -361,7 +361,10 @@ impl Table {
                         Kind::I64 => Kept::I64(Int64Builder::with_capacity(rows)),
                         Kind::I32 => Kept::I32(Int32Builder::with_capacity(rows)),
                         Kind::Flag => Kept::Flag(BooleanBuilder::with_capacity(rows)),
-                        Kind::Shared => Kept::Shared(Shared::default()),
+                        Kind::Shared => Kept::Shared(Shared {
+                            ids: Vec::with_capacity(rows),
+                            ..Shared::default()
+                        }),
                         Kind::Few | Kind::FewPicked => Kept::Few(Few::default()),
                         Kind::FewI64 => Kept::FewI64(FewValues::default()),
                         Kind::FewI32 => Kept::FewI32(FewValues::default()),
