@@ -23,7 +23,9 @@ Measured per run (a fresh process, page cache warm):
 - MB/s: uncompressed JSON bytes / seconds;
 - peak RSS: the child's VmHWM, which it prints at exit (DuckDB's and pandas' memory
   included); ru_maxrss from wait4 only if it does not (that one also counts this process's
-  pages that the child shares between fork and exec).
+  pages that the child shares between fork and exec);
+- peak RSS + RAM staging: traceanalyze's resident memory plus the files it keeps in its
+  RAM-backed work folder (/dev/shm for an uncompressed trace that fits), sampled every 5 ms.
 traceanalyze runs `traceanalyze load DIR --db FILE --force` (cold), then the same
 command without --force on the unchanged files (reuse of the stored database).
 HTA runs `TraceAnalysis(trace_files={0: path}, trace_dir=dir)`, which is how a user
@@ -52,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = Path("/work/shared/traces/hta-ns-resolution-trace/"
                       "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 DEFAULT_SCRATCH = Path("/tmp/traceanalyze-bench")
+RAM_STAGING = Path("/dev/shm")  # where the loader stages a trace that fits (load/memory.py)
 # what the real traces the benchmark is run on are (the table says it)
 # the CPU-trace layout (--cpu-trace): rank 0 of a recorded 4-rank gloo DDP run, torch 2.13
 CPU_SOURCE_GLOB = ("fixtures/ddp/balanced", "rank0.*.pt.trace.json.gz")
@@ -181,12 +184,61 @@ def ensure_traces(source: Path, scratch: Path, sizes: list[str], log) -> dict[st
 
 # ----------------------------------------------------------------------------- running
 
-def run_measured(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None) -> dict:
-    """Run `cmd` in a fresh process group; wall seconds, peak RSS (wait4), rc, timeout flag."""
+def _folder_bytes(folder: Path) -> int:
+    """Bytes the files under `folder` hold (allocated blocks; 0 for what vanished meanwhile)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _staged_bytes(pid: int) -> int:
+    """Bytes in the RAM-backed work folders of the process `pid` (traceanalyze-<pid>@<host>-*
+    in /dev/shm, load/stale.py's names)."""
+    try:
+        names = os.listdir(RAM_STAGING)
+    except OSError:
+        return 0
+    return sum(_folder_bytes(RAM_STAGING / n) for n in names if n.startswith(f"traceanalyze-{pid}@"))
+
+
+def sample_held(pid: int, done: threading.Event, peak: dict) -> None:
+    """Every 5 ms until `done`: the child's resident memory plus the files in its RAM-backed
+    work folders (the critical path's files, a private database: memory of the machine that RSS
+    does not count); the highest sum and the most staged into `peak`."""
+    while not done.wait(0.005):
+        staged = _staged_bytes(pid)
+        peak["held"] = max(peak.get("held", 0), _rss_bytes(pid) + staged)
+        peak["staged"] = max(peak.get("staged", 0), staged)
+
+
+def run_measured(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None,
+                 staging: bool = False) -> dict:
+    """Run `cmd` in a fresh process group; wall seconds, peak RSS (wait4), rc, timeout flag;
+    with `staging` also the peak of its memory plus the files it staged in RAM (sampled)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, env=env, cwd=cwd)
-    timed_out = threading.Event()
+    timed_out, sampled, peak = threading.Event(), threading.Event(), {}
+    sampler = None
+    if staging:
+        sampler = threading.Thread(target=sample_held, args=(proc.pid, sampled, peak), daemon=True)
+        sampler.start()
 
     def kill():
         timed_out.set()
@@ -201,6 +253,9 @@ def run_measured(cmd: list[str], timeout: float, env: dict | None = None, cwd: P
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     timer.cancel()
+    if sampler is not None:
+        sampled.set()
+        sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     text = output.decode(errors="replace")
     # the child's own high-water mark (VmHWM) when it reports it: wait4's ru_maxrss also counts
@@ -208,6 +263,8 @@ def run_measured(cmd: list[str], timeout: float, env: dict | None = None, cwd: P
     hwm = re.findall(r"^BENCH_HWM_KB (\d+)$", text, re.MULTILINE)
     rss = int(hwm[-1]) * 1024 if hwm else usage.ru_maxrss * 1024
     return {"seconds": wall, "rss_bytes": rss, "rc": proc.returncode,
+            "held_bytes": max(peak.get("held", 0), rss) if staging else None,
+            "staged_bytes": peak.get("staged") if staging else None,
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
             "timed_out": timed_out.is_set(), "output": text[-2000:]}
 
@@ -289,12 +346,12 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
             env, cwd = {**os.environ, "PYTHONPATH": str(args.previous_checkout)}, args.previous_checkout
         else:
             cmd = [args.hta_python, "-c", HTA_SNIPPET, str(case["file"])]
-        res = run_measured(cmd, args.timeout, env, cwd)
+        res = run_measured(cmd, args.timeout, env, cwd, staging=tool != "hta" and RAM_STAGING.is_dir())
         state = "timeout" if res["timed_out"] else ("ok" if res["rc"] == 0 else f"rc={res['rc']}")
         extra = " ".join(line for line in res["output"].splitlines()
                          if line.startswith("BENCH") and not line.startswith("BENCH_HWM"))
         log(f"  {label:9} {tool:22} run {i + 1}: {res['seconds']:7.2f} s  cpu {res['cpu_seconds']:7.2f} s  "
-            f"{res['rss_bytes'] / 1e6:7.0f} MB  {state} {extra}")
+            f"{res['rss_bytes'] / 1e6:7.0f} MB{_held_text(res)}  {state} {extra}")
         if state != "ok":
             notes.append(state if res["timed_out"] else f"{state}: {res['output'][-300:]}")
             if res["timed_out"]:
@@ -308,8 +365,10 @@ def measure(label: str, case: dict, tool: str, args, log) -> dict:
                 "json_bytes": case["json_bytes"]}
     secs = statistics.median(r["seconds"] for r in runs)
     rss = statistics.median(r["rss_bytes"] for r in runs)
+    held = [r["held_bytes"] for r in runs if r.get("held_bytes") is not None]
     cpu = statistics.median(r["cpu_seconds"] for r in runs)
     return {"size": label, "tool": tool, "ok": True, "seconds": secs, "rss_bytes": rss, "cpu_seconds": cpu,
+            "held_bytes": statistics.median(held) if held else None,
             "json_bytes": case["json_bytes"], "runs": len(runs), "loadavg_before": load_before,
             "mb_per_s": case["json_bytes"] / 1e6 / secs, "note": "; ".join(notes),
             "stages": min(runs, key=lambda r: abs(r["seconds"] - secs)).get("stages", {})}
@@ -359,15 +418,21 @@ def machine() -> str:
     return f"{os.cpu_count()} cores (nproc){cpu}, {mem}, {platform.system()} {platform.release()}"
 
 
+def _held_text(res: dict) -> str:
+    if res.get("held_bytes") is None:
+        return ""
+    return f" (+ RAM staging: {res['held_bytes'] / 1e6:.0f} MB, staged up to {(res['staged_bytes'] or 0) / 1e6:.0f})"
+
+
 def table(results: list[dict]) -> str:
     rows = ["| trace (uncompressed JSON) | tool | seconds | MB/s | CPU s | peak RSS MB | RSS / JSON size "
-            "| vs HTA (MB/s) | vs HTA (CPU s) | load avg before | stages (s) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "| peak RSS + RAM staging MB | vs HTA (MB/s) | vs HTA (CPU s) | load avg before | stages (s) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     hta = {r["size"]: r for r in results if r["tool"] == "hta" and r.get("ok")}
     for r in results:
         size = f"{r['size']} ({r['json_bytes'] / 1e6:,.0f} MB)"
         if not r.get("ok"):
-            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | {r.get('note', 'failed')} | | | |")
+            rows.append(f"| {size} | {r['tool']} | — | — | — | — | — | — | {r.get('note', 'failed')} | | | |")
             continue
         ratio = cpu_ratio = ""
         if r["tool"] in ("traceanalyze", "previous") and r["size"] in hta:
@@ -378,9 +443,15 @@ def table(results: list[dict]) -> str:
             ratio = "HTA failed"
         mbps = f"{r['mb_per_s']:,.0f}" if r["tool"] != "traceanalyze (re-run)" else "—"
         rows.append(f"| {size} | {r['tool']} | {r['seconds']:.2f} | {mbps} | {r.get('cpu_seconds', 0):.1f} | "
-                    f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {ratio} | {cpu_ratio} "
+                    f"{r['rss_bytes'] / 1e6:,.0f} | {r['rss_bytes'] / r['json_bytes']:.2f}x | {_held_cell(r)} "
+                    f"| {ratio} | {cpu_ratio} "
                     f"| {r.get('loadavg_before', '?')} | {_stages(r)} |")
     return "\n".join(rows)
+
+
+def _held_cell(r: dict) -> str:
+    held = r.get("held_bytes")
+    return "—" if held is None else f"{held / 1e6:,.0f} ({held / r['json_bytes']:.2f}x)"
 
 
 def _stages(r: dict) -> str:
@@ -448,7 +519,10 @@ def write_results(path: Path, results: list[dict], args, versions: dict) -> None
   cache warm); seconds are the whole process's wall time, CPU s its user + system time (less
   sensitive to other load on a shared machine); peak RSS is the child's VmHWM, printed by
   the child at exit (wait4's ru_maxrss would also count the benchmark's own pages that the
-  child shared between fork and exec).
+  child shared between fork and exec). "peak RSS + RAM staging" adds what traceanalyze keeps
+  in files in RAM (its work folders in /dev/shm, which it picks for an uncompressed trace that
+  fits: the critical path's files, a private database), sampled every 5 ms: memory of the
+  machine that RSS leaves out.
 - traceanalyze: `traceanalyze load DIR --db FILE --force` end to end: the native reader writing
   the rank's raw_events.parquet and its one-pass tables, the derived per-rank tables built from
   them (the shard), then `trace.duckdb` (the shard's tables copied in or viewed), cross-rank

@@ -23,7 +23,7 @@ import duckdb
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
-from traceanalyze.load.memory import limit_memory, staging_folder
+from traceanalyze.load.memory import limit_memory, spill_folder, staging_folder
 from traceanalyze.load.rank_read import RankRead
 from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, write_derived_tables,
                                     write_raw_events, write_table_rows)
@@ -59,13 +59,13 @@ def map_rank(tf: TraceFile, shards_root: str, threads: int | None = None) -> dic
 def map_rank_locked(tf: TraceFile, store: ShardStore, threads: int | None = None) -> dict:
     """`map_rank` for a caller that holds the rank's lock (shards.rank_lock)."""
     store.forget(tf.rank)
-    with staging_folder([tf]) as work:
+    with staging_folder([tf]) as work, spill_folder() as spill:
         try:
             local = fetched(tf, work)
             target = work / "out" if store.remote else Path(store.rank_dir(tf.rank))
             target.mkdir(parents=True, exist_ok=True)
             with PrivateDatabase(work, estimated_uncompressed_bytes(local.path), threads) as database:
-                read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, work)
+                read = read_rank_events(database, tf, local, target / "raw_events.parquet", threads or 0, spill)
             derived = derive_rank_tables(tf, read, target, threads or 0)
             t0 = time.process_time()
             rows = {**read.table_rows, **derived, **write_rank_rows(tf, read, target)}
@@ -138,7 +138,7 @@ def rank_manifest(tf: TraceFile, read: RankRead, rows: dict[str, int], files: di
 def read_rank_events(database: PrivateDatabase, tf: TraceFile, local: TraceFile, raw_path: Path, threads: int,
                      scratch: Path | None = None) -> RankRead:
     """The rank's events into `raw_path` and its one-pass tables beside it (`database`: for rows
-    that need fixing). `scratch`: the map's private folder (the reader's spilled rows). Bad input
+    that need fixing). `scratch`: the private folder of the reader's spilled rows. Bad input
     raises TraceanalyzeError naming the file."""
     try:
         read = write_raw_events(database, local, raw_path, threads, scratch)

@@ -8,7 +8,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
@@ -49,14 +49,26 @@ def staging_dir(files: list[TraceFile]) -> str | None:
 
 
 @contextmanager
-def staging_folder(files: list[TraceFile] = ()) -> Iterator[Path]:
+def staging_folder(files: list[TraceFile] = (), in_ram: bool = True) -> Iterator[Path]:
     """A private work folder in staging_dir(files), named so that a killed run's is swept
-    (load/stale.py); removed with what it holds when the block ends."""
-    folder = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=staging_dir(list(files))))
+    (load/stale.py); removed with what it holds when the block ends. `in_ram=False`: never RAM
+    by our choice ($TRACEANALYZE_TMPDIR, else the system's temp folder), for files that stand
+    in for memory (spill_folder)."""
+    where = staging_dir(list(files)) if in_ram else os.environ.get("TRACEANALYZE_TMPDIR") or None
+    folder = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=where))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def spill_folder() -> AbstractContextManager[Path]:
+    """The private folder of the rows a rank's reader holds past its bound in memory
+    (native/src/gathered.rs), in the system's temp folder: rows spilled into a RAM-backed folder
+    are the memory the bound is there to save (a 200 MB trace staged up to 67 MB in /dev/shm
+    beside the reader's 154 MB resident); a disk's page cache holds them as memory the system can
+    reclaim, at the same speed here (10 alternated runs: 1.02x wall)."""
+    return staging_folder(in_ram=False)
 
 
 # DuckDB may use this much memory per byte of trace events (at least MIN_MEMORY_LIMIT_BYTES):
