@@ -13,11 +13,12 @@ use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::ArrowError;
 
-/// In-memory bytes of one table's gathered rows before they go to a file. 64 MB held up to
-/// 256 MB of four tables' rows, the map's peak at 200 MB; at 16 MB the reader's peak is below
-/// the reduce's. (4 MB saved 15 MB more and read a 200 MB trace's cpu_ops back from its file
-/// twice, for the nesting and for the table: slower in 2 of 3 alternated runs.)
-pub const SPILL_BYTES: usize = 16 << 20;
+/// In-memory bytes of one table's gathered rows before they go to a file (the map puts the file
+/// on disk, load/memory.py spill_folder: its page cache is memory the system can reclaim). 64 MB
+/// held up to 256 MB of four tables' rows, the map's peak at 200 MB; 16 MB 153 MiB; 8 MB 142
+/// (10 alternated runs, wall 0.99x); 4 MB 141, no lower (and it read cpu_ops back twice, for
+/// the nesting and for the table).
+pub const SPILL_BYTES: usize = 8 << 20;
 
 /// A file removed when its guard is dropped.
 struct Removed(PathBuf);

@@ -118,7 +118,7 @@ def write_raw_events(database: Callable[[], duckdb.DuckDBPyConnection], tf: Trac
     protobuf trace) are fixed in the `raw_events` table (the schema's, emptied first) of the
     connection `database()` opens, and written out by DuckDB instead; a rank that needs none
     opens no database. The one-pass tables (NATIVE_TABLES) go beside `out`; their rows past
-    16 MB wait in the private folder `scratch` (default: beside `out`). The read's `table_rows`
+    8 MB wait in the private folder `scratch` (default: beside `out`). The read's `table_rows`
     count the files' rows, its `event_issues` the events' oddities."""
     if is_protobuf(tf.path):
         con = database()
