@@ -15,10 +15,11 @@ from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 
-# A rank's work files (its private DuckDB database and spill) live only while it is mapped. A
-# RAM-backed folder is about 3x faster than a disk; it is used for an uncompressed trace that
-# surely fits in a quarter of the available memory, never for a gzip (its content's size is not
-# known before it is read). TRACEANALYZE_TMPDIR overrides the choice.
+# A rank's work files (its private DuckDB database and DuckDB's spill) live only while it is
+# mapped. A RAM-backed folder is about 3x faster than a disk; it is used for an uncompressed trace
+# that surely fits in a quarter of the available memory and of /dev/shm's free space, never for
+# a gzip (its content's size is not known before it is read). TRACEANALYZE_TMPDIR overrides the
+# choice. (The reader's spilled rows never go there by choice: spill_folder.)
 RAM_STAGING_DIR = Path("/dev/shm")
 
 
@@ -35,7 +36,8 @@ def available_memory_bytes() -> int:
 
 def staging_dir(files: list[TraceFile]) -> str | None:
     """Where a rank's work files go: $TRACEANALYZE_TMPDIR, else RAM when an uncompressed trace surely
-    fits, else the temp dir."""
+    fits (four times its size both in the available memory and free in /dev/shm), else the temp
+    dir."""
     chosen = os.environ.get("TRACEANALYZE_TMPDIR")
     if chosen:
         return chosen
@@ -43,9 +45,19 @@ def staging_dir(files: list[TraceFile]) -> str | None:
         return None  # what a gzip holds is not known before it is read: never stage it in RAM
     estimate = sum(tf.size_bytes for tf in files)
     if RAM_STAGING_DIR.is_dir() and os.access(RAM_STAGING_DIR, os.W_OK) \
-            and estimate * 4 < available_memory_bytes():
+            and estimate * 4 < min(available_memory_bytes(), free_bytes(RAM_STAGING_DIR)):
         return str(RAM_STAGING_DIR)
     return None
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes free in the file system of `folder` (0 when it cannot be read): a container's
+    /dev/shm is often a small file system of its own (Docker's default: 64 MB)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
 
 
 @contextmanager

@@ -1,5 +1,6 @@
-"""The native module's malloc settings (native/src/lib.rs tune_allocator): memory a stage frees
-goes back to the system, and a user's own glibc malloc settings are left as they are.
+"""A load's memory: the native module's malloc settings (native/src/lib.rs tune_allocator: memory
+a stage frees goes back to the system, a user's own glibc malloc settings are left as they
+are), and where a rank's work files go (load/memory.py: RAM only where it has room).
 
 Each case runs a fresh interpreter that imports the native module, then allocates, touches and
 frees a 20 MB block twice through libc and reports its resident memory. Under glibc's own
@@ -12,13 +13,17 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="the setting is glibc's malloc's")
+from traceanalyze.load import memory
+from traceanalyze.load.discover import TraceFile
+
+GLIBC = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                           reason="the setting is glibc's malloc's")
 
 BLOCK = 20 << 20
 
@@ -50,13 +55,42 @@ def _kept_kib(env_extra: dict[str, str]) -> int:
     return int(out.stdout.split()[-1])
 
 
+@GLIBC
 def test_a_freed_block_goes_back_to_the_system():
     kept = _kept_kib({})
     assert kept < (BLOCK >> 10) // 4, f"{kept} KiB of a freed {BLOCK >> 20} MB block stayed resident"
 
 
+@GLIBC
 def test_the_users_own_malloc_settings_win():
     # (glibc.malloc.perturb=0 is glibc's default: only the presence of a malloc tunable matters,
     # and glibc's dynamic thresholds then keep the second block resident)
     kept = _kept_kib({"GLIBC_TUNABLES": "glibc.malloc.perturb=0"})
     assert kept >= (BLOCK >> 10) * 3 // 4, f"only {kept} KiB stayed: the module changed the user's malloc"
+
+
+# -- where a rank's work files go (load/memory.py) --------------------------------------------
+
+def _trace(tmp_path, size_bytes: int):
+    path = tmp_path / "rank0.json"
+    path.write_text("{}")
+    return TraceFile(path, 0, "file name", None, None, size_bytes, 0)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_small_dev_shm_is_not_chosen_for_a_trace_it_cannot_hold(tmp_path, monkeypatch):
+    """A container's /dev/shm is often its own 64 MB file system (Docker's default) while the
+    machine has gigabytes free: a 50 MB trace's work files then go to the temp folder."""
+    monkeypatch.delenv("TRACEANALYZE_TMPDIR", raising=False)
+    trace = _trace(tmp_path, 50 << 20)
+    if memory.available_memory_bytes() <= 4 * (50 << 20) or memory.free_bytes(memory.RAM_STAGING_DIR) <= 4 * (50 << 20):
+        pytest.skip("this machine has no room for the RAM case")
+    assert memory.staging_dir([trace]) == str(memory.RAM_STAGING_DIR)  # (room: RAM)
+    monkeypatch.setattr(memory, "free_bytes", lambda folder: 64 << 20)
+    assert memory.staging_dir([trace]) is None
+
+
+def test_free_bytes_of_a_real_folder(tmp_path):
+    # (statvfs and shutil.disk_usage read the same file system; the two calls are moments apart)
+    assert abs(memory.free_bytes(tmp_path) - shutil.disk_usage(tmp_path).free) < 256 << 20
+    assert memory.free_bytes(tmp_path / "missing") == 0
