@@ -1,12 +1,14 @@
-"""A load's memory: the native module's malloc settings (native/src/lib.rs tune_allocator: memory
-a stage frees goes back to the system, a user's own glibc malloc settings are left as they
-are), and where a rank's work files go (load/memory.py: RAM only where it has room).
+"""A load's memory: the malloc settings the loader asks of the native module before a big trace
+(native/src/lib.rs tune_allocator: memory a stage frees goes back to the system, a user's own
+glibc malloc settings are left as they are), and where a rank's work files go
+(load/memory.py: RAM only where it has room).
 
-Each case runs a fresh interpreter that imports the native module, then allocates, touches and
-frees a 20 MB block twice through libc and reports its resident memory. Under glibc's own
-defaults the first free raises the mmap threshold to the block's size, so the second block
-comes from the heap and stays resident after it is freed (the reader's 8 MB blocks kept 20-35 MB
-that way under every later stage); with the module's fixed thresholds it is handed back.
+Each malloc case runs a fresh interpreter that imports the native module (and asks for the
+settings or not), then allocates, touches and frees a 20 MB block twice through libc and
+reports its resident memory. Under glibc's own defaults the first free raises the mmap threshold
+to the block's size, so the second block comes from the heap and stays resident after it is
+freed (the reader's 8 MB blocks kept 20-35 MB that way under every later stage); with the fixed
+thresholds it is handed back.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ GLIBC = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0
 
 BLOCK = 20 << 20
 
-PROBE = f"""
+PROBE = """
 import ctypes
 import traceanalyze.extension  # (loads the native module)
-from traceanalyze.extension import native  # noqa: F401
+from traceanalyze.extension import native
+if {tune}:
+    native.tune_allocator()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -40,18 +44,18 @@ def rss_kib():
             return int(line.split()[1])
 before = rss_kib()
 for _ in range(2):
-    p = libc.malloc({BLOCK})
-    ctypes.memset(p, 1, {BLOCK})
+    p = libc.malloc({block})
+    ctypes.memset(p, 1, {block})
     libc.free(p)
 print(rss_kib() - before)
 """
 
 
-def _kept_kib(env_extra: dict[str, str]) -> int:
+def _kept_kib(env_extra: dict[str, str], tune: bool = True) -> int:
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", PROBE.format(tune=tune, block=BLOCK)], capture_output=True,
+                         text=True, env=env, timeout=120, check=True)
     return int(out.stdout.split()[-1])
 
 
@@ -67,6 +71,13 @@ def test_the_users_own_malloc_settings_win():
     # and glibc's dynamic thresholds then keep the second block resident)
     kept = _kept_kib({"GLIBC_TUNABLES": "glibc.malloc.perturb=0"})
     assert kept >= (BLOCK >> 10) * 3 // 4, f"only {kept} KiB stayed: the module changed the user's malloc"
+
+
+@GLIBC
+def test_importing_the_module_changes_nothing():
+    # (a process mapping many small ranks keeps glibc's defaults: read.TUNE_ALLOCATOR_MIN_BYTES)
+    kept = _kept_kib({}, tune=False)
+    assert kept >= (BLOCK >> 10) * 3 // 4, f"only {kept} KiB stayed: the import changed malloc"
 
 
 # -- where a rank's work files go (load/memory.py) --------------------------------------------

@@ -52,14 +52,16 @@ pub fn release_freed_memory(rows: u64) {
     }
 }
 
-/// glibc's malloc, set once for this process (the native module's import): blocks up to
-/// MMAP_THRESHOLD_BYTES come from the heaps, bigger ones are mapped; the top of a heap is given
-/// back past TRIM_THRESHOLD_BYTES. glibc's own default moves both thresholds up to the size of
-/// the biggest block freed so far (up to 32 and 64 MB): after the reader's 8 MB blocks its
-/// threads' heaps kept 20-35 MB that no trim returned, under every later stage (200 MB trace:
-/// 35 MB more after the reader than before it, 10 MB with fixed thresholds; peak 152-170 MB ->
-/// 138-155). A user's own GLIBC_TUNABLES or MALLOC_*_ settings for malloc win: nothing is set.
-/// (A no-op where malloc is not glibc's.)
+/// glibc's malloc, set once for this process (the loader asks before it reads a big trace):
+/// blocks up to MMAP_THRESHOLD_BYTES come from the heaps, bigger ones are mapped; the top of a
+/// heap is given back past TRIM_THRESHOLD_BYTES. glibc's own default moves both thresholds up
+/// to the size of the biggest block freed so far (up to 32 and 64 MB): after the reader's 8 MB
+/// blocks its threads' heaps kept 20-35 MB that no trim returned, under every later stage (200
+/// MB trace: 35 MB more after the reader than before it, 10 MB with fixed thresholds; peak
+/// 169 -> 153 MiB). Not for small traces: a process mapping 1,024 small ranks one after the
+/// other gave back and faulted in its heap's top again and again (1.05x the wall). A user's own
+/// GLIBC_TUNABLES or MALLOC_*_ settings for malloc win: nothing is set. (A no-op where malloc
+/// is not glibc's.)
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -71,16 +73,22 @@ pub fn tune_allocator() {
         if chosen {
             return;
         }
-        extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
-        const M_TRIM_THRESHOLD: i32 = -1;
-        const M_MMAP_THRESHOLD: i32 = -3;
-        // SAFETY: mallopt only sets malloc's parameters; any thread may call it.
-        unsafe {
-            mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
-            mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
-        }
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(set_thresholds);
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_thresholds() {
+    extern "C" {
+        fn mallopt(param: i32, value: i32) -> i32;
+    }
+    const M_TRIM_THRESHOLD: i32 = -1;
+    const M_MMAP_THRESHOLD: i32 = -3;
+    // SAFETY: mallopt only sets malloc's parameters; any thread may call it.
+    unsafe {
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
     }
 }
 

@@ -658,9 +658,15 @@ fn columns() -> Vec<&'static str> {
     COLUMNS.iter().map(|(n, _)| *n).collect()
 }
 
+/// Fix glibc malloc's thresholds for this process (lib.rs tune_allocator), unless the user set
+/// their own; once, whatever the calls.
+#[pyfunction]
+fn tune_allocator() {
+    crate::tune_allocator();
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::tune_allocator();
     m.add_class::<TraceReader>()?;
     m.add_function(wrap_pyfunction!(checked_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(write_raw_events_parquet, m)?)?;
@@ -668,6 +674,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive_rank_tables, m)?)?;
     m.add_function(wrap_pyfunction!(derived_tables, m)?)?;
     m.add_function(wrap_pyfunction!(walk_critical_path, m)?)?;
+    m.add_function(wrap_pyfunction!(tune_allocator, m)?)?;
     m.add_function(wrap_pyfunction!(reading, m)?)?;
     m.add_function(wrap_pyfunction!(write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(p2p_peer_arg, m)?)?;
