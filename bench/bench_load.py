@@ -421,7 +421,7 @@ def machine() -> str:
 def _held_text(res: dict) -> str:
     if res.get("held_bytes") is None:
         return ""
-    return f" (+ RAM staging: {res['held_bytes'] / 1e6:.0f} MB, staged up to {(res['staged_bytes'] or 0) / 1e6:.0f})"
+    return f" (with RAM staging: {res['held_bytes'] / 1e6:.0f} MB, staged up to {(res['staged_bytes'] or 0) / 1e6:.0f})"
 
 
 def table(results: list[dict]) -> str:
