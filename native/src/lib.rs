@@ -65,14 +65,6 @@ pub fn release_freed_memory(rows: u64) {
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let chosen = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."))
-            || std::env::vars_os().any(|(k, _)| {
-                k.to_str()
-                    .is_some_and(|k| k.starts_with("MALLOC_") && k.ends_with('_'))
-            });
-        if chosen {
-            return;
-        }
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(set_thresholds);
     }
@@ -80,6 +72,14 @@ pub fn tune_allocator() {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_thresholds() {
+    let chosen = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."))
+        || std::env::vars_os().any(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| k.starts_with("MALLOC_") && k.ends_with('_'))
+        });
+    if chosen {
+        return;
+    }
     extern "C" {
         fn mallopt(param: i32, value: i32) -> i32;
     }
