@@ -108,3 +108,30 @@ def test_free_bytes_of_a_real_folder(tmp_path):
     # (statvfs and shutil.disk_usage read the same file system; the two calls are moments apart)
     assert abs(memory.free_bytes(tmp_path) - shutil.disk_usage(tmp_path).free) < 256 << 20
     assert memory.free_bytes(tmp_path / "missing") == 0
+
+
+MAP_PROBE = """
+import json, sys
+from pathlib import Path
+from traceanalyze.load.discover import identify
+from traceanalyze.load.map import map_rank
+manifest = map_rank(identify(Path(sys.argv[1]), only_file=True), sys.argv[2])
+print(json.dumps({{"duckdb_loaded": "_duckdb" in sys.modules, "raw_events": manifest["rows"]["raw_events"]}}))
+"""
+
+
+def test_mapping_a_rank_loads_no_duckdb(tmp_path):
+    # The map of a well-formed rank is the native reader's alone: DuckDB's library (some 23 MB
+    # resident in each process, the floor under the reader's peak) is never loaded. Every event
+    # of the trace is in its shard: the count is the JSON's own, counted here.
+    import gzip
+    import json
+    from pathlib import Path
+
+    trace = min((Path(__file__).parents[1] / "fixtures" / "ddp" / "balanced").glob("rank0.*.json.gz"))
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    out = subprocess.run([sys.executable, "-c", MAP_PROBE.format(), str(trace), str(tmp_path / "shards")],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["duckdb_loaded"] is False
+    assert report["raw_events"] == len(events)

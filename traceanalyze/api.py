@@ -23,6 +23,7 @@ import traceanalyze.db as tracedb
 from traceanalyze.diagnosis.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.progress import ProgressChoice, progress_reporter
@@ -30,12 +31,11 @@ from traceanalyze.summary.file import summary_from_source
 from traceanalyze.summary.model import Summary
 
 if TYPE_CHECKING:
-    import duckdb
     import polars
 
     from traceanalyze.compare.diff import SummaryDiff
-    from traceanalyze.report_folder import AnalysisPaths
     from traceanalyze.compare.scaling import ScalingReport
+    from traceanalyze.report_folder import AnalysisPaths
 
 PathLike = Union[str, Path]
 Ranks = Union[str, int, Iterable[int], None]
@@ -190,8 +190,6 @@ class Analysis:
 
     def sql(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> polars.DataFrame:
         """Run a query (parameters bound with `?` or `$name`) -> a polars DataFrame."""
-        import duckdb
-
         from traceanalyze.db.frames import to_polars
         from traceanalyze.db.sandbox import ALLOWED, refusal
 

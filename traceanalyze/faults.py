@@ -19,15 +19,22 @@ import threading
 from contextlib import contextmanager
 
 import click
-import duckdb
+
+from traceanalyze.lazy_import import duckdb, loaded
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141
 EXIT_ERROR = 2
-# DuckDB errors that come from the machine (disk, memory, permissions), not from a bug
-SYSTEM_DUCKDB_ERRORS = (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException,
-                        duckdb.PermissionException)
+
+
+def system_duckdb_errors() -> tuple[type[BaseException], ...]:
+    """DuckDB errors that come from the machine (disk, memory, permissions), not from a bug; none
+    while DuckDB is not loaded (no error can be one of its own, and Ctrl-C does not load it)."""
+    if not loaded("duckdb"):
+        return ()
+    return (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException,
+            duckdb.PermissionException)
 
 received: int | None = None  # the last signal that interrupted this process
 
@@ -45,7 +52,9 @@ def install_signal_handlers() -> None:
 
 
 def is_interrupt(exc: BaseException) -> bool:
-    if isinstance(exc, (KeyboardInterrupt, click.Abort, duckdb.InterruptException)):
+    if isinstance(exc, (KeyboardInterrupt, click.Abort)):
+        return True
+    if loaded("duckdb") and isinstance(exc, duckdb.InterruptException):
         return True
     return isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
 
@@ -59,7 +68,7 @@ def fault_message(exc: BaseException) -> str | None:
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
         return f"{where}{exc.strerror or exc}"
-    if isinstance(exc, SYSTEM_DUCKDB_ERRORS):
+    if isinstance(exc, system_duckdb_errors()):
         return "the trace database: " + " ".join(str(exc).split())[:300]
     if isinstance(exc, MemoryError):
         return "out of memory"

@@ -8,10 +8,8 @@ Perfetto trace. Rules compare ranks on step-relative time (`ts_ns - steps.ts_ns`
 
 from __future__ import annotations
 
-import duckdb
-
 from traceanalyze.errors import TraceanalyzeError
-
+from traceanalyze.lazy_import import duckdb
 
 # offset of rank r = median over matched collectives of (end on r - end on the reference rank)
 CLOCK_OFFSETS_SQL = """

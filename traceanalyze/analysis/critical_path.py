@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-
 from traceanalyze.db import sql_string
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.extension import native as _native
+from traceanalyze.lazy_import import duckdb
 
 MAX_KERNELS = 4_000_000      # GPU events of the aligned steps, all ranks: above, no walk (memory)
 # Rows of each row group of the gathered file: DuckDB's writer holds a row group in memory

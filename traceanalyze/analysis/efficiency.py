@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 # the ops losing the most GPU time against their roofline (their FLOPs at the device's peak for
 # their precision, or $peak_tflops when > 0; their bytes at its memory bandwidth), aligned steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 MAX_FRONTIERS = 64  # groups that stopped, shown in the summary (the database keeps every one)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 # outermost first: the order a layout reads, e.g. "PP 2 x DP 2 x TP 2"
 DIMENSIONS = ("pipeline", "data", "fsdp", "expert", "context", "tensor")

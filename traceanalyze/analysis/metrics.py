@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
-
 from traceanalyze.errors import TraceError
+from traceanalyze.lazy_import import duckdb
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer", "comm_exposed", "pipeline_wait", "other")
 # the phases as people read them (every view), and spelled out where there is room (diff and gate reasons)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 LATENESS_SQL = """
 SELECT g.dimension, g.process_group, g.pg_desc, g.rank, g.step, g.collectives,

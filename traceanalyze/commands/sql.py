@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import click
-import duckdb
 
 import traceanalyze.db as tracedb
 from traceanalyze.commands._options import ranks_option
 from traceanalyze.errors import TraceError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load import load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
 from traceanalyze.pipeline import cache_db_path

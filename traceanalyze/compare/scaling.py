@@ -34,10 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import duckdb
-
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load import load_trace_dir
 
 SCHEMA = "traceanalyze.scaling/1"

@@ -11,7 +11,7 @@ from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 SCHEMA_VERSION = "17"  # 17: top_host_ops (built by the reader; the critical path read it by a window over every host op); 16: the per-rank tables built by the reader (native/src/derived; rank INTEGER everywhere, JSON args read strictly); 15: cpu_ops.self_ns, annotations.self_ns, kernels built by the reader; 13: house (kernels.counters, group_desc); 14: waits by time, pipelines from traffic, lateness start, the Flight Recorder tables (fr_*)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 
-import duckdb
 import polars as pl
+
+from traceanalyze.lazy_import import duckdb
 
 
 def to_polars(cur: duckdb.DuckDBPyConnection) -> pl.DataFrame:

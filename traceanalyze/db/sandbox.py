@@ -11,7 +11,7 @@ CREATE, SET, CALL, LOAD, ...) is refused before it runs.
 
 from __future__ import annotations
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 # PRAGMAs that only describe the database or the engine (each is a table function too)
 DESCRIBING_PRAGMAS = frozenset({

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import duckdb
-
-from traceanalyze.findings import Finding, finding_order
-from traceanalyze.diagnosis.judge import Window, window_facts
 from traceanalyze.analysis.metrics import require_analysis_tables
+from traceanalyze.diagnosis.judge import Window, window_facts
 from traceanalyze.diagnosis.rootcause import one_per_root_cause
 from traceanalyze.diagnosis.ruleset import load_rules, run_rule
+from traceanalyze.findings import Finding, finding_order
+from traceanalyze.lazy_import import duckdb
 
 # Tests set this so that a rule that breaks fails loudly instead of becoming a load issue.
 STRICT_RULES_ENV = "TRACEANALYZE_STRICT_RULES"

@@ -20,9 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
-from traceanalyze.errors import TraceFormatError, TraceanalyzeError
+from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.lazy_import import duckdb
 
 MAX_DUMP_BYTES = 256 << 20  # a 20,000-entry NCCL dump is a few tens of MB
 SNIFF_BYTES = 4096

@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import duckdb
-
 import traceanalyze.db as tracedb
-from traceanalyze.version import __version__
 from traceanalyze.analysis.align import align_ranks
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
 from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.stale import marker
+from traceanalyze.version import __version__
 
 
 def dumps_only_db(dumps: list[DumpFile], db_path: Path, meta: dict[str, str]) -> Path:

@@ -34,7 +34,7 @@ import bisect
 import statistics
 from collections import defaultdict
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 P2P_OPPOSITE = {"send": "recv", "recv": "send", "send_recv": "send_recv"}
 NO_MATCH = float("inf")

@@ -18,15 +18,20 @@ import re
 import time
 from pathlib import Path
 
-import duckdb
-
 import traceanalyze.db as tracedb
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.memory import limit_memory, spill_folder, staging_folder
 from traceanalyze.load.rank_read import RankRead
-from traceanalyze.load.read import (DERIVED_TABLES, NATIVE_TABLES, base_time_ns, write_derived_tables,
-                                    write_raw_events, write_table_rows)
+from traceanalyze.load.read import (
+    DERIVED_TABLES,
+    NATIVE_TABLES,
+    base_time_ns,
+    write_derived_tables,
+    write_raw_events,
+    write_table_rows,
+)
 from traceanalyze.load.shards import SHARD_TABLES, ShardStore, file_entry, new_manifest, rank_lock
 from traceanalyze.load.source import estimated_uncompressed_bytes
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import duckdb
-
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.map import map_rank
 

@@ -33,7 +33,7 @@ import bisect
 import statistics
 from collections import defaultdict, deque
 
-import duckdb
+from traceanalyze.lazy_import import duckdb
 
 # a send and the recv it feeds end within this of each other (same host clock)
 MATCH_SLACK_NS = 2_000_000

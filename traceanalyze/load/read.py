@@ -25,11 +25,10 @@ from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
-import duckdb
-
 import traceanalyze.db as tracedb
-from traceanalyze.extension import native as _native
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.extension import native as _native
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.discover import TraceFile, is_protobuf
 from traceanalyze.load.rank_read import RankRead
 from traceanalyze.load.source import estimated_uncompressed_bytes

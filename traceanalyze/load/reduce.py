@@ -14,11 +14,10 @@ import os
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-import duckdb
-
 import traceanalyze.db as tracedb
 from traceanalyze.analysis.align import align_ranks
 from traceanalyze.errors import TraceFormatError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.groups import infer_groups
 from traceanalyze.load.pipelines import infer_pipelines
 from traceanalyze.load.shards import MANIFEST, SHARD_TABLES, ShardStore, is_current

@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
-
-from traceanalyze.version import __version__
 import traceanalyze.db as tracedb
 from traceanalyze.analysis import critical_path
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.discover import Discovery, TraceFile, discover, find_dumps, format_ranks
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
-from traceanalyze.load.memory import RAM_STAGING_DIR, chosen_memory_limit, staging_dir, staging_folder
+from traceanalyze.load.memory import (
+    RAM_STAGING_DIR,
+    chosen_memory_limit,
+    staging_dir,
+    staging_folder,
+)
 from traceanalyze.load.shards import ShardStore, is_current, is_remote, local_path
 from traceanalyze.load.stale import marker, sweep_database_tmp, sweep_staging
+from traceanalyze.version import __version__
 
 if TYPE_CHECKING:
     from traceanalyze.load.map_outcome import MapOutcome
@@ -303,7 +307,13 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
     files are checked first (`verified`: ranks this process checked already); a damaged one
     is left out with a `shard-corrupt` warning."""
     import traceanalyze.load.reduce as reduce
-    from traceanalyze.load.reduce import attach_shards, cross_rank, record_notes, shard_bytes, usable_shards
+    from traceanalyze.load.reduce import (
+        attach_shards,
+        cross_rank,
+        record_notes,
+        shard_bytes,
+        usable_shards,
+    )
 
     cache = _cache_root(store, db_path)
     shards, stale, damaged = usable_shards(store, ranks, cache, verified)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import duckdb
-
+from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.shards import HASH, MANIFEST, SHARD_TABLES, file_digest
 
 

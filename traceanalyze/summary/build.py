@@ -16,15 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
-
-from traceanalyze.version import __version__
-from traceanalyze.diagnosis.diagnose import Diagnosis
 from traceanalyze.analysis.efficiency import efficiency_summary
 from traceanalyze.analysis.flight_recorder import dumps_world_size, flight_recorder_summary
-from traceanalyze.diagnosis.judge import judgement
 from traceanalyze.analysis.layout import parallel_layout
-from traceanalyze.analysis.parallel_view import groups_view
 from traceanalyze.analysis.metrics import (
     PHASES,
     median,
@@ -35,6 +29,11 @@ from traceanalyze.analysis.metrics import (
     step_comparison,
     timeline,
 )
+from traceanalyze.analysis.parallel_view import groups_view
+from traceanalyze.diagnosis.diagnose import Diagnosis
+from traceanalyze.diagnosis.judge import judgement
+from traceanalyze.lazy_import import duckdb
+from traceanalyze.version import __version__
 
 SCHEMA = "traceanalyze.summary/1"
 
