@@ -175,23 +175,30 @@ THREADS_ENV = "TRACEANALYZE_DUCKDB_THREADS"
 # against 1.10 s, 0.92 against 1.15 CPU s; at 10-15 MB the two are level). Results never depend
 # on the thread count.
 ONE_THREAD_MAX_BYTES = 4 << 20
+# The reduce's connections (the cross-rank tables, the critical path's inputs) over this much
+# trace run one thread too: their queries are short and each thread keeps its own buffers. At
+# 200 MB (one rank) one thread left the wall time as it was (1.00x, 10 alternated runs) and the
+# load's peak 7 MiB lower (128 against 135 MiB); at 500 MB it was 1.07x slower.
+REDUCE_ONE_THREAD_MAX_BYTES = 256 << 20
 
 
-def stage_threads(trace_bytes: int, threads: int | None = None) -> int | None:
+def stage_threads(trace_bytes: int, threads: int | None = None,
+                  one_thread_max_bytes: int = ONE_THREAD_MAX_BYTES) -> int | None:
     """DuckDB threads of a stage's connection over `trace_bytes` of trace: the chosen count
     ($TRACEANALYZE_DUCKDB_THREADS), else `threads` (the caller's share of the cores), else one
-    for a small trace, else None (DuckDB's default)."""
+    for a trace of `one_thread_max_bytes` or less, else None (DuckDB's default)."""
     if chosen_threads():
         return None  # (open_quiet applies it)
     if threads:
         return int(threads)
-    return 1 if trace_bytes <= ONE_THREAD_MAX_BYTES else None
+    return 1 if trace_bytes <= one_thread_max_bytes else None
 
 
-def set_stage_threads(con: duckdb.DuckDBPyConnection, trace_bytes: int, threads: int | None = None) -> None:
+def set_stage_threads(con: duckdb.DuckDBPyConnection, trace_bytes: int, threads: int | None = None,
+                      one_thread_max_bytes: int = ONE_THREAD_MAX_BYTES) -> None:
     """`con`'s DuckDB threads as stage_threads decides for `trace_bytes` (unchanged when it
     leaves them to DuckDB or to $TRACEANALYZE_DUCKDB_THREADS)."""
-    count = stage_threads(trace_bytes, threads)
+    count = stage_threads(trace_bytes, threads, one_thread_max_bytes)
     if count:
         con.execute(f"SET threads = {int(count)}")
 

@@ -378,7 +378,8 @@ def _open_reduce_db(path: Path, shards: list, materialize: bool) -> duckdb.DuckD
     database of views bounded like its readers."""
     con = tracedb.open_quiet(path)
     try:
-        tracedb.set_stage_threads(con, sum(s.manifest.get("events_bytes") or 0 for s in shards))
+        tracedb.set_stage_threads(con, sum(s.manifest.get("events_bytes") or 0 for s in shards),
+                                  one_thread_max_bytes=tracedb.REDUCE_ONE_THREAD_MAX_BYTES)
         if not materialize:  # (the same bound as the readers of this database: db.bound_views_memory)
             con.execute("SET memory_limit = ?", [chosen_memory_limit() or tracedb.VIEWS_MEMORY_LIMIT])
             con.execute("SET enable_external_file_cache = false")
