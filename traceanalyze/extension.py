@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import json
 import sys
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import unquote, urlparse
@@ -49,6 +48,8 @@ def _installed_from_here() -> Path | None:
     checkout = _checkout()
     if checkout is None:
         return None
+    from importlib import metadata  # (only here: its import is a tenth of the command's start)
+
     try:
         dist = metadata.distribution("traceanalyze")
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
