@@ -103,103 +103,131 @@ struct HostEvent<'a> {
     is_op: bool,
 }
 
-/// The step's phase intervals, in (step, start) order.
-pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> Vec<Interval> {
-    let (c, a, steps) = (&x.cpu_ops, &x.annotations, &x.steps);
-    // (sized at once: grown by doubling it held up to twice the rows, and a copy)
-    let mut host: Vec<HostEvent> = Vec::with_capacity(c.name.len() + a.name.len());
-    for i in 0..c.name.len() {
+/// The host's events with a step and both times: the cpu ops, then the host-side annotations.
+/// Made afresh for each pass over them, never held: a CPU trace's 900k ops as a list were 44
+/// MB, the derived stage's peak.
+fn host_events<'a>(
+    x: &'a Inputs,
+    main: Option<&'a str>,
+) -> impl Iterator<Item = HostEvent<'a>> + 'a {
+    let (c, a) = (&x.cpu_ops, &x.annotations);
+    let ops = (0..c.name.len()).filter_map(move |i| {
         let (Some(step), Some(ts), Some(end)) = (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
         else {
-            continue;
+            return None;
         };
         let tid = text_at(&c.tid, i);
-        host.push(HostEvent {
+        Some(HostEvent {
             step,
             name: text_at(&c.name, i),
             ts,
             end,
             on_main: tid.is_some() && tid == main,
             is_op: true,
-        });
-    }
-    for i in 0..a.name.len() {
+        })
+    });
+    let annotations = (0..a.name.len()).filter_map(move |i| {
         if flag_at(&a.on_gpu, i) != Some(false) {
-            continue;
+            return None;
         }
         let (Some(step), Some(ts), Some(end)) = (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i))
         else {
-            continue;
+            return None;
         };
         let tid = text_at(&a.tid, i);
-        host.push(HostEvent {
+        Some(HostEvent {
             step,
             name: text_at(&a.name, i),
             ts,
             end,
             on_main: tid.is_some() && tid == main,
             is_op: false,
-        });
+        })
+    });
+    ops.chain(annotations)
+}
+
+/// A host event no label is for (a step mark, a gloo range, a nameless event).
+const SKIPPED: u8 = u8::MAX;
+/// A host event that none of the name's labels fits (forward or host_other on the loop thread).
+const UNLABELLED: u8 = u8::MAX - 1;
+
+/// The label a host event's name (and thread) gives it: a mark, UNLABELLED or SKIPPED.
+fn label_of(h: &HostEvent, backward_name: &regex::Regex) -> u8 {
+    let Some(name) = h.name else { return SKIPPED };
+    if name.starts_with("ProfilerStep#") || name.starts_with("gloo:") {
+        return SKIPPED;
     }
-    // (step, priority, ts, end)
-    let mut marks: Vec<(i64, u8, i64, i64)> = Vec::with_capacity(host.len());
+    let label = if h.on_main
+        && h.is_op
+        && matches!(
+            name,
+            "c10d::send" | "c10d::recv_" | "c10d::recv_any_source_" | "nccl:send" | "nccl:recv"
+        ) {
+        "p2p_call"
+    } else if h.on_main
+        && h.is_op
+        && (name.starts_with("c10d::")
+            || name == "record_param_comms"
+            || name.starts_with("nccl:")
+            || like_prefix(name, "_c10d_functional::")
+            || like_prefix(name, "c10d_functional::"))
+    {
+        "comm_call"
+    } else if is_data_range(name, !h.is_op) {
+        "data_wait"
+    } else if name.starts_with("Optimizer.step#") || like_prefix(name, "Optimizer.zero_grad#") {
+        "optimizer"
+    } else if h.is_op
+        && (like_prefix(name, "autograd::engine::evaluate_function:")
+            || backward_name.is_match(name))
+    {
+        "backward"
+    } else {
+        return UNLABELLED;
+    };
+    mark(label)
+}
+
+/// The step's phase intervals, in (step, start) order.
+pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> Vec<Interval> {
+    let steps = &x.steps;
+    // each step's marks: (priority, ts, end), in the order they are found
+    let mut by_step: HashMap<i64, Vec<(u8, i64, i64)>> = HashMap::new();
+    let mut push = |step: i64, priority: u8, ts: i64, end: i64| {
+        by_step.entry(step).or_default().push((priority, ts, end));
+    };
     let backward_name = regex::Regex::new("^[A-Za-z0-9_]+Backward[0-9]*$").expect("a pattern");
-    let mut unlabelled: Vec<&HostEvent> = Vec::new();
+    let backward = mark("backward");
+    // (a byte an event: its label, found once)
+    let mut labels: Vec<u8> = Vec::with_capacity(x.cpu_ops.name.len() + x.annotations.name.len());
     let mut last_backward: HashMap<i64, i64> = HashMap::new();
-    for h in &host {
-        let Some(name) = h.name else { continue };
-        if name.starts_with("ProfilerStep#") || name.starts_with("gloo:") {
-            continue;
+    for h in host_events(x, main) {
+        let label = label_of(&h, &backward_name);
+        if label == backward {
+            let e = last_backward.entry(h.step).or_insert(h.end);
+            *e = (*e).max(h.end);
         }
-        let label = if h.on_main
-            && h.is_op
-            && matches!(
-                name,
-                "c10d::send" | "c10d::recv_" | "c10d::recv_any_source_" | "nccl:send" | "nccl:recv"
-            ) {
-            Some("p2p_call")
-        } else if h.on_main
-            && h.is_op
-            && (name.starts_with("c10d::")
-                || name == "record_param_comms"
-                || name.starts_with("nccl:")
-                || like_prefix(name, "_c10d_functional::")
-                || like_prefix(name, "c10d_functional::"))
-        {
-            Some("comm_call")
-        } else if is_data_range(name, !h.is_op) {
-            Some("data_wait")
-        } else if name.starts_with("Optimizer.step#") || like_prefix(name, "Optimizer.zero_grad#") {
-            Some("optimizer")
-        } else if h.is_op
-            && (like_prefix(name, "autograd::engine::evaluate_function:")
-                || backward_name.is_match(name))
-        {
-            Some("backward")
-        } else {
-            None
-        };
-        match label {
-            Some(l) => {
-                marks.push((h.step, mark(l), h.ts, h.end));
-                if l == "backward" {
-                    let e = last_backward.entry(h.step).or_insert(h.end);
-                    *e = (*e).max(h.end);
-                }
-            }
-            None if h.on_main && h.is_op => unlabelled.push(h),
-            None => {}
+        labels.push(label);
+    }
+    for (h, &label) in host_events(x, main).zip(&labels) {
+        if label < UNLABELLED {
+            push(h.step, label, h.ts, h.end);
         }
     }
-    for h in unlabelled {
-        let forward = last_backward.get(&h.step).is_none_or(|&lb| h.ts < lb);
-        marks.push((
-            h.step,
-            mark(if forward { "forward" } else { "host_other" }),
-            h.ts,
-            h.end,
-        ));
+    let (forward, host_other) = (mark("forward"), mark("host_other"));
+    for (h, &label) in host_events(x, main).zip(&labels) {
+        if label == UNLABELLED && h.on_main && h.is_op {
+            let before_backward = last_backward.get(&h.step).is_none_or(|&lb| h.ts < lb);
+            push(
+                h.step,
+                if before_backward { forward } else { host_other },
+                h.ts,
+                h.end,
+            );
+        }
     }
+    drop(labels);
     // h2d: the loop's runtime calls that queued a host-to-device copy, and the tensor-copy ops
     // of the loop around them
     let (r, k) = (&x.runtime, &x.kernels);
@@ -233,7 +261,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     }
     let h2d = mark("h2d");
     for &(step, ts, end) in &h2d_calls {
-        marks.push((step, h2d, ts, end));
+        push(step, h2d, ts, end);
     }
     let mut calls_of_step: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
     for &(step, ts, end) in &h2d_calls {
@@ -242,7 +270,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     for calls in calls_of_step.values_mut() {
         calls.sort_unstable();
     }
-    for h in &host {
+    for h in host_events(x, main) {
         if !h.on_main || !matches!(h.name, Some("aten::to" | "aten::_to_copy" | "aten::copy_")) {
             continue;
         }
@@ -255,12 +283,12 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
             .take_while(|c| c.0 <= h.end)
             .any(|c| c.1 <= h.end)
         {
-            marks.push((h.step, h2d, h.ts, h.end));
+            push(h.step, h2d, h.ts, h.end);
         }
     }
     // collectives in flight, and the waits for the host-run ones the loop issued
     let mut loop_ops: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-    for h in &host {
+    for h in host_events(x, main) {
         if h.on_main && h.is_op {
             loop_ops.entry(h.step).or_default().push((h.ts, h.end));
         }
@@ -271,7 +299,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     let tol = x.params.phase_merge_tolerance_ns;
     for col in collectives {
         let Some(step) = col.step else { continue };
-        marks.push((
+        push(
             step,
             mark(if col.is_p2p() {
                 "p2p_inflight"
@@ -280,7 +308,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
             }),
             col.ts_ns,
             col.end_ns,
-        ));
+        );
         let Some(call_end) = col.call_end_ns else {
             continue;
         };
@@ -308,16 +336,13 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         for (j, run) in runs.iter().enumerate() {
             let next = runs.get(j + 1).map_or(w_end, |n| n.0);
             if next > run.1 {
-                marks.push((step, mark("waiting"), run.1, next));
+                push(step, mark("waiting"), run.1, next);
             }
         }
     }
     // each label merged into runs within its step (gaps under the tolerance inside forward /
     // backward are Python overhead), then the step cut at every run's ends
-    let mut by_step: HashMap<i64, Vec<(u8, i64, i64)>> = HashMap::new();
-    for (step, priority, ts, end) in marks {
-        by_step.entry(step).or_default().push((priority, ts, end));
-    }
+    drop(loop_ops);
     let mut out = Vec::new();
     for k in 0..steps.len() {
         let (step, s_ts, s_end) = (steps.step[k], steps.ts_ns[k], steps.end_ns[k]);
