@@ -545,39 +545,64 @@ pub fn step_batches(x: &Inputs) -> Columns {
 /// after (analysis/critical_path.py). Rows without a step, start or end are left out: they
 /// cover nothing, and the walk reads none.
 pub fn top_host_ops(x: &Inputs, main: Option<&str>) -> Columns {
-    let mut rows: Vec<(i64, i64, i64, Option<&str>)> = Vec::new(); // (step, ts, end, name)
+    let (c, a) = (&x.cpu_ops, &x.annotations);
+    // (step, ts, end, the row: a cpu op's index, or an annotation's after them all): 32 bytes a
+    // row, sized at once (with its name, grown by doubling, the list was the derived stage's
+    // peak on a CPU trace of many small ops)
+    let name_of = |row: u32| {
+        let row = row as usize;
+        if row < c.name.len() {
+            text_at(&c.name, row)
+        } else {
+            text_at(&a.name, row - c.name.len())
+        }
+    };
+    let mut rows: Vec<(i64, i64, i64, u32)> = Vec::new();
     if let Some(main) = main {
-        let c = &x.cpu_ops;
-        for i in 0..c.name.len() {
-            let name = text_at(&c.name, i);
-            if text_at(&c.tid, i) != Some(main)
-                || name.is_none_or(|n| n.starts_with("ProfilerStep#"))
-            {
-                continue;
-            }
-            if let (Some(step), Some(ts), Some(end)) =
-                (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
-            {
-                rows.push((step, ts, end, name));
-            }
-        }
-        let a = &x.annotations;
-        for i in 0..a.name.len() {
-            if text_at(&a.tid, i) != Some(main) || flag_at(&a.on_gpu, i) != Some(false) {
-                continue;
-            }
-            if let (Some(step), Some(ts), Some(end)) =
-                (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i))
-            {
-                rows.push((step, ts, end, text_at(&a.name, i)));
-            }
-        }
+        let ops = || {
+            (0..c.name.len()).filter_map(move |i| {
+                let name = text_at(&c.name, i);
+                if text_at(&c.tid, i) != Some(main)
+                    || name.is_none_or(|n| n.starts_with("ProfilerStep#"))
+                {
+                    return None;
+                }
+                Some((
+                    at(&c.step, i)?,
+                    at(&c.ts_ns, i)?,
+                    at(&c.end_ns, i)?,
+                    i as u32,
+                ))
+            })
+        };
+        let annotations = || {
+            (0..a.name.len()).filter_map(move |i| {
+                if text_at(&a.tid, i) != Some(main) || flag_at(&a.on_gpu, i) != Some(false) {
+                    return None;
+                }
+                Some((
+                    at(&a.step, i)?,
+                    at(&a.ts_ns, i)?,
+                    at(&a.end_ns, i)?,
+                    (c.name.len() + i) as u32,
+                ))
+            })
+        };
+        rows.reserve_exact(ops().count() + annotations().count());
+        rows.extend(ops().chain(annotations()));
     }
-    rows.sort_unstable_by_key(|r| (r.0, r.1, std::cmp::Reverse(r.2), r.3.is_none(), r.3));
+    rows.sort_unstable_by(|p, q| {
+        (p.0, p.1, std::cmp::Reverse(p.2))
+            .cmp(&(q.0, q.1, std::cmp::Reverse(q.2)))
+            .then_with(|| {
+                let (n, m) = (name_of(p.3), name_of(q.3));
+                (n.is_none(), n).cmp(&(m.is_none(), m))
+            })
+    });
     let mut top = Vec::new();
     let mut latest: Option<(i64, i64)> = None; // (step, the latest end so far in it)
-    for row in rows {
-        let (step, ts, end, _) = row;
+    for (step, ts, end, row) in rows {
+        let row = (step, ts, end, name_of(row));
         match latest {
             Some((s, e)) if s == step => {
                 if ts >= e {
