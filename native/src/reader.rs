@@ -87,6 +87,11 @@ impl Source {
     /// Append up to `want` bytes to `buf`.
     pub fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> Result<Fill, ReadError> {
         let start = buf.len();
+        if buf.capacity() < start + want {
+            // (room for the block and 1 MiB of the event it cuts, at once: grown by doubling,
+            // the buffer was twice the block from the second block on)
+            buf.reserve_exact(want + (1 << 20));
+        }
         buf.resize(start + want, 0);
         let result = self.fill_into(&mut buf[start..]);
         let got = match &result {
