@@ -13,10 +13,10 @@
 use std::collections::HashMap;
 
 use super::collectives::Collective;
-use super::input::{at, flag_at, text_at};
+use super::input::{at, text_at};
 use super::out::Columns;
 use super::sqlfn::is_data_range;
-use super::Inputs;
+use super::{HostEvent, Inputs};
 
 /// SQL's `name LIKE pattern%` for a pattern whose `_` stands for any one character.
 pub fn like_prefix(name: &str, pattern: &str) -> bool {
@@ -93,60 +93,6 @@ pub struct Interval {
     pub idle: bool,
 }
 
-/// An event of the host: (step, name, tid, ts, end, on the loop thread, an op).
-struct HostEvent<'a> {
-    step: i64,
-    name: Option<&'a str>,
-    ts: i64,
-    end: i64,
-    on_main: bool,
-    is_op: bool,
-}
-
-/// The host's events with a step and both times: the cpu ops, then the host-side annotations.
-/// Made afresh for each pass over them, never held: a CPU trace's 900k ops as a list were 44
-/// MB, the derived stage's peak.
-fn host_events<'a>(
-    x: &'a Inputs,
-    main: Option<&'a str>,
-) -> impl Iterator<Item = HostEvent<'a>> + 'a {
-    let (c, a) = (&x.cpu_ops, &x.annotations);
-    let ops = (0..c.name.len()).filter_map(move |i| {
-        let (Some(step), Some(ts), Some(end)) = (at(&c.step, i), at(&c.ts_ns, i), at(&c.end_ns, i))
-        else {
-            return None;
-        };
-        let tid = text_at(&c.tid, i);
-        Some(HostEvent {
-            step,
-            name: text_at(&c.name, i),
-            ts,
-            end,
-            on_main: tid.is_some() && tid == main,
-            is_op: true,
-        })
-    });
-    let annotations = (0..a.name.len()).filter_map(move |i| {
-        if flag_at(&a.on_gpu, i) != Some(false) {
-            return None;
-        }
-        let (Some(step), Some(ts), Some(end)) = (at(&a.step, i), at(&a.ts_ns, i), at(&a.end_ns, i))
-        else {
-            return None;
-        };
-        let tid = text_at(&a.tid, i);
-        Some(HostEvent {
-            step,
-            name: text_at(&a.name, i),
-            ts,
-            end,
-            on_main: tid.is_some() && tid == main,
-            is_op: false,
-        })
-    });
-    ops.chain(annotations)
-}
-
 /// A host event no label is for (a step mark, a gloo range, a nameless event).
 const SKIPPED: u8 = u8::MAX;
 /// A host event that none of the name's labels fits (forward or host_other on the loop thread).
@@ -202,7 +148,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     // (a byte an event: its label, found once)
     let mut labels: Vec<u8> = Vec::with_capacity(x.cpu_ops.name.len() + x.annotations.name.len());
     let mut last_backward: HashMap<i64, i64> = HashMap::new();
-    for h in host_events(x, main) {
+    for h in x.host_events(main) {
         let label = label_of(&h, &backward_name);
         if label == backward {
             let e = last_backward.entry(h.step).or_insert(h.end);
@@ -210,21 +156,14 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
         }
         labels.push(label);
     }
-    for (h, &label) in host_events(x, main).zip(&labels) {
+    let (forward, host_other) = (mark("forward"), mark("host_other"));
+    for (h, &label) in x.host_events(main).zip(&labels) {
         if label < UNLABELLED {
             push(h.step, label, h.ts, h.end);
-        }
-    }
-    let (forward, host_other) = (mark("forward"), mark("host_other"));
-    for (h, &label) in host_events(x, main).zip(&labels) {
-        if label == UNLABELLED && h.on_main && h.is_op {
+        } else if label == UNLABELLED && h.on_main && h.is_op {
             let before_backward = last_backward.get(&h.step).is_none_or(|&lb| h.ts < lb);
-            push(
-                h.step,
-                if before_backward { forward } else { host_other },
-                h.ts,
-                h.end,
-            );
+            let label = if before_backward { forward } else { host_other };
+            push(h.step, label, h.ts, h.end);
         }
     }
     drop(labels);
@@ -270,7 +209,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     for calls in calls_of_step.values_mut() {
         calls.sort_unstable();
     }
-    for h in host_events(x, main) {
+    for h in x.host_events(main) {
         if !h.on_main || !matches!(h.name, Some("aten::to" | "aten::_to_copy" | "aten::copy_")) {
             continue;
         }
@@ -288,7 +227,7 @@ pub fn intervals(x: &Inputs, main: Option<&str>, collectives: &[Collective]) -> 
     }
     // collectives in flight, and the waits for the host-run ones the loop issued
     let mut loop_ops: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-    for h in host_events(x, main) {
+    for h in x.host_events(main) {
         if h.on_main && h.is_op {
             loop_ops.entry(h.step).or_default().push((h.ts, h.end));
         }

@@ -545,64 +545,31 @@ pub fn step_batches(x: &Inputs) -> Columns {
 /// after (analysis/critical_path.py). Rows without a step, start or end are left out: they
 /// cover nothing, and the walk reads none.
 pub fn top_host_ops(x: &Inputs, main: Option<&str>) -> Columns {
-    let (c, a) = (&x.cpu_ops, &x.annotations);
-    // (step, ts, end, the row: a cpu op's index, or an annotation's after them all): 32 bytes a
-    // row, sized at once (with its name, grown by doubling, the list was the derived stage's
-    // peak on a CPU trace of many small ops)
-    let name_of = |row: u32| {
-        let row = row as usize;
-        if row < c.name.len() {
-            text_at(&c.name, row)
-        } else {
-            text_at(&a.name, row - c.name.len())
-        }
+    // (step, ts, end, the row: HostEvent::row): 32 bytes a row, sized at once (with its name,
+    // grown by doubling, the list was the derived stage's peak on a CPU trace of many small ops)
+    let candidates = || {
+        x.host_events(main).filter_map(|h| {
+            let step_mark = h.is_op && h.name.is_none_or(|n| n.starts_with("ProfilerStep#"));
+            (h.on_main && !step_mark).then_some((h.step, h.ts, h.end, h.row))
+        })
     };
     let mut rows: Vec<(i64, i64, i64, u32)> = Vec::new();
-    if let Some(main) = main {
-        let ops = || {
-            (0..c.name.len()).filter_map(move |i| {
-                let name = text_at(&c.name, i);
-                if text_at(&c.tid, i) != Some(main)
-                    || name.is_none_or(|n| n.starts_with("ProfilerStep#"))
-                {
-                    return None;
-                }
-                Some((
-                    at(&c.step, i)?,
-                    at(&c.ts_ns, i)?,
-                    at(&c.end_ns, i)?,
-                    i as u32,
-                ))
-            })
-        };
-        let annotations = || {
-            (0..a.name.len()).filter_map(move |i| {
-                if text_at(&a.tid, i) != Some(main) || flag_at(&a.on_gpu, i) != Some(false) {
-                    return None;
-                }
-                Some((
-                    at(&a.step, i)?,
-                    at(&a.ts_ns, i)?,
-                    at(&a.end_ns, i)?,
-                    (c.name.len() + i) as u32,
-                ))
-            })
-        };
-        rows.reserve_exact(ops().count() + annotations().count());
-        rows.extend(ops().chain(annotations()));
+    if main.is_some() {
+        rows.reserve_exact(candidates().count());
+        rows.extend(candidates());
     }
     rows.sort_unstable_by(|p, q| {
         (p.0, p.1, std::cmp::Reverse(p.2))
             .cmp(&(q.0, q.1, std::cmp::Reverse(q.2)))
             .then_with(|| {
-                let (n, m) = (name_of(p.3), name_of(q.3));
+                let (n, m) = (x.host_name(p.3), x.host_name(q.3));
                 (n.is_none(), n).cmp(&(m.is_none(), m))
             })
     });
     let mut top = Vec::new();
     let mut latest: Option<(i64, i64)> = None; // (step, the latest end so far in it)
     for (step, ts, end, row) in rows {
-        let row = (step, ts, end, name_of(row));
+        let row = (step, ts, end, x.host_name(row));
         match latest {
             Some((s, e)) if s == step => {
                 if ts >= e {
