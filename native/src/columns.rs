@@ -7,6 +7,14 @@ use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringAr
 use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
+/// The prefix of the step marks torch.profiler records (`ProfilerStep#N`, N the step).
+pub const STEP_MARK_PREFIX: &str = "ProfilerStep#";
+
+/// Is `name` a step mark's (it starts with STEP_MARK_PREFIX)?
+pub fn is_step_mark(name: &str) -> bool {
+    name.starts_with(STEP_MARK_PREFIX)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Ty {
     Str,

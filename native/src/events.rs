@@ -11,7 +11,9 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::columns::{Columns, DUR_NS, FIRST_ARG, FLOW_ID, OTHER_ARGS, PH, TS_NS};
+use crate::columns::{
+    Columns, DUR_NS, FIRST_ARG, FLOW_ID, OTHER_ARGS, PH, STEP_MARK_PREFIX, TS_NS,
+};
 use crate::plain_json::Cursor;
 use crate::values::{self, Bad};
 
@@ -561,7 +563,8 @@ fn emit_args(ev: &Event, cols: &mut Columns, tally: &mut Tally, scratch: &mut St
 /// `ProfilerStep#N` with an N no BIGINT holds is counted (the step tables cannot use it).
 fn check_step_name(raw: &str, tally: &mut Tally) {
     if let Some(rest) = raw
-        .strip_prefix("\"ProfilerStep#")
+        .strip_prefix('"')
+        .and_then(|r| r.strip_prefix(STEP_MARK_PREFIX))
         .and_then(|r| r.strip_suffix('"'))
     {
         if !rest.is_empty()

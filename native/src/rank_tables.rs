@@ -31,7 +31,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::columns::{by_name, int_at, text_at, COLUMNS};
+use crate::columns::{by_name, int_at, is_step_mark, text_at, COLUMNS, STEP_MARK_PREFIX};
 use crate::gathered::{spill_path, Gathered, SPILL_BYTES};
 use crate::kernels::{self, range_pairs, KernelClass, Launches};
 use crate::nesting::{self_times_in, Interner, Ordered, Span};
@@ -260,7 +260,7 @@ fn ints(batch: &RecordBatch, name: &str) -> Int64Array {
 }
 
 fn step_number(name: &str) -> Option<i64> {
-    let digits = name.strip_prefix("ProfilerStep#")?;
+    let digits = name.strip_prefix(STEP_MARK_PREFIX)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -405,7 +405,7 @@ impl RankTables {
                 self.issues.bad_dur += 1;
                 continue;
             };
-            let is_step = name_i.is_some_and(|s| s.starts_with("ProfilerStep#"));
+            let is_step = name_i.is_some_and(is_step_mark);
             if is_step && c != Some("gpu_user_annotation") {
                 if let Some(n) = name_i {
                     *self.issues.step_names.entry(n.to_owned()).or_default() += 1;

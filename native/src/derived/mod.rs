@@ -249,7 +249,7 @@ impl Inputs {
 
 /// Is this raw event one `RawEvents` keeps (by its name)?
 fn kept_raw_name(name: &str) -> bool {
-    name == "[memory]" || name.starts_with("ProfilerStep#") || reads_args(name)
+    name == "[memory]" || crate::columns::is_step_mark(name) || reads_args(name)
 }
 
 /// Does a raw event's formula or split size read its other args (Concrete Inputs, split sizes)?

@@ -17,6 +17,7 @@ use super::input::{at, text_at};
 use super::out::Columns;
 use super::sqlfn::is_data_range;
 use super::{HostEvent, Inputs};
+use crate::columns::is_step_mark;
 
 /// SQL's `name LIKE pattern%` for a pattern whose `_` stands for any one character.
 pub fn like_prefix(name: &str, pattern: &str) -> bool {
@@ -101,7 +102,7 @@ const UNLABELLED: u8 = u8::MAX - 1;
 /// The label a host event's name (and thread) gives it: a mark, UNLABELLED or SKIPPED.
 fn label_of(h: &HostEvent, backward_name: &regex::Regex) -> u8 {
     let Some(name) = h.name else { return SKIPPED };
-    if name.starts_with("ProfilerStep#") || name.starts_with("gloo:") {
+    if is_step_mark(name) || name.starts_with("gloo:") {
         return SKIPPED;
     }
     let label = if h.on_main

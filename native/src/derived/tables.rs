@@ -11,6 +11,7 @@ use super::sqlfn::{
     as_text, collective_op, dtype_bytes, element, int_list, json, json_int, product,
 };
 use super::Inputs;
+use crate::columns::is_step_mark;
 
 pub use super::flops::flop_family;
 
@@ -66,7 +67,7 @@ pub fn main_thread(x: &Inputs) -> Option<String> {
     let mut marks: HashMap<Option<&str>, i64> = HashMap::new();
     for i in 0..e.name.len() {
         let is_mark = text_at(&e.ph, i) == Some("X")
-            && text_at(&e.name, i).is_some_and(|n| n.starts_with("ProfilerStep#"))
+            && text_at(&e.name, i).is_some_and(is_step_mark)
             && text_at(&e.cat, i) != Some("gpu_user_annotation");
         if is_mark {
             *marks.entry(text_at(&e.tid, i)).or_default() += 1;
@@ -549,7 +550,7 @@ pub fn top_host_ops(x: &Inputs, main: Option<&str>) -> Columns {
     // grown by doubling, the list was the derived stage's peak on a CPU trace of many small ops)
     let candidates = || {
         x.host_events(main).filter_map(|h| {
-            let step_mark = h.is_op && h.name.is_none_or(|n| n.starts_with("ProfilerStep#"));
+            let step_mark = h.is_op && h.name.is_none_or(is_step_mark);
             (h.on_main && !step_mark).then_some((h.step, h.ts, h.end, h.row))
         })
     };
