@@ -28,6 +28,10 @@ previous reference's checksums, and the file was then written again by the same 
 SCHEMA_VERSION 17 added `top_host_ops` (the critical path's top-level host ops, built by the
 reader): every other table of every folder, critical_path included, gave the previous
 reference's checksums, and the file was then written again by the same command.
+SCHEMA_VERSION 18 added `kernels.launch_end_ns` (the critical path's gathering joined the runtime
+table for it): every table of every folder, kernels hashed without that column and
+critical_path included, gave the previous reference's checksums, and the file was then written
+again by the same command.
 """
 
 from __future__ import annotations

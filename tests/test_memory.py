@@ -135,3 +135,37 @@ def test_mapping_a_rank_loads_no_duckdb(tmp_path):
     report = json.loads(out.stdout.splitlines()[-1])
     assert report["duckdb_loaded"] is False
     assert report["raw_events"] == len(events)
+
+
+DUCKDB_PROBE = """
+import json
+import traceanalyze.db as tracedb
+from traceanalyze.lazy_import import duckdb
+def rss_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+con = duckdb.connect(config={"threads": 1})
+start = rss_kib()
+con.execute("CREATE TABLE t AS SELECT range AS i, md5(range::VARCHAR) AS s FROM range(1000000)")
+con.execute("SELECT s, count(*) FROM t GROUP BY s ORDER BY 2 DESC LIMIT 3").fetchall()
+con.execute("DROP TABLE t")
+used = rss_kib()
+tracedb.release_freed_memory(con)
+print(json.dumps({"grown_kib": used - start, "kept_kib": rss_kib() - start,
+                  "threads": con.execute("SELECT current_setting('threads')").fetchone()[0]}))
+"""
+
+
+def test_duckdb_hands_back_what_its_statements_freed():
+    # A table and a grouping of a million rows, dropped: DuckDB's allocator keeps their memory
+    # for later statements until the reduce asks for it back (db.release_freed_memory, after
+    # each cross-rank file); then most of it is gone, and the connection keeps its one thread.
+    import json
+
+    out = subprocess.run([sys.executable, "-c", DUCKDB_PROBE], capture_output=True, text=True, timeout=300,
+                         check=True)
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["grown_kib"] > 50 << 10  # (the statements used memory to give back: over 50 MB)
+    assert report["kept_kib"] < report["grown_kib"] / 4
+    assert report["threads"] == 1

@@ -184,13 +184,13 @@ def _int_arg(e: dict, key: str) -> int | None:
 def expected_kernels(ok: list[dict], rank: int, step_of) -> Counter:
     """The kernels table by the schema's rules: classes by priority (kernel_classes.csv), the n-th
     range profiler kernel paired with the n-th launch when the counts agree, one row per runtime
-    call carrying the correlation."""
+    call carrying the correlation (its start and end)."""
     classes = sorted(tracedb.kernel_classes())
     runtime = [e for e in ok if e.get("cat") in ("cuda_runtime", "Runtime", "cuda_driver")]
     calls: dict[int, list] = {}
     for e in runtime:
         if (c := _int_arg(e, "correlation")) is not None:
-            calls.setdefault(c, []).append((e["ts"], step_of(e["ts"])))
+            calls.setdefault(c, []).append((e["ts"], e["ts"] + e["dur"], step_of(e["ts"])))
     launches = sorted((e["ts"], c) for e in runtime if (c := _int_arg(e, "correlation")) is not None
                       and isinstance(e.get("name"), str) and e["name"].startswith(LAUNCH_NAMES))
     gpu = [e for e in ok if e.get("cat") in GPU_CATS]
@@ -209,12 +209,13 @@ def expected_kernels(ok: list[dict], rank: int, step_of) -> Counter:
         paired = places[(e["ts"], name)] if e["cat"] == "cuda_profiler_range" else [None]
         for place in paired:
             c = own if own is not None else place
-            for launch_ts, launch_step in calls.get(c, [(None, None)]) if c is not None else [(None, None)]:
+            for launch_ts, launch_end, launch_step in calls.get(c, [(None,) * 3]) if c is not None else [(None,) * 3]:
                 step = launch_step if launch_step is not None else step_of(e["ts"])
                 device = _int_arg(e, "device")
                 stream = _int_arg(e, "stream")
                 rows[(rank, step, kind, name, _decimal(e.get("pid")) if device is None else device,
-                      _decimal(e.get("tid")) if stream is None else stream, e["ts"], e["dur"], c, launch_ts)] += 1
+                      _decimal(e.get("tid")) if stream is None else stream, e["ts"], e["dur"], c, launch_ts,
+                      launch_end)] += 1
     return rows
 
 
@@ -224,7 +225,7 @@ COLUMNS = {
     "cpu_ops": "rank, step, name, pid, tid, ts_ns, dur_ns, end_ns, self_ns, peer_group_rank",
     "annotations": "rank, step, name, on_gpu, ts_ns, dur_ns, self_ns",
     "runtime": "rank, step, name, ts_ns, dur_ns, is_sync",
-    "kernels": "rank, step, kind, name, device, stream, ts_ns, dur_ns, correlation, launch_ts_ns",
+    "kernels": "rank, step, kind, name, device, stream, ts_ns, dur_ns, correlation, launch_ts_ns, launch_end_ns",
 }
 
 

@@ -10,9 +10,15 @@
 //! file was written in.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::Path;
 
-use crate::derived::input::{at, Kind, Shared, Table};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use crate::derived::input::{at, Shared};
 use crate::derived::out::Columns;
 
 /// A kernel starting this soon after its launch call returns waited for the launch.
@@ -21,6 +27,26 @@ pub const LAUNCH_SLACK_NS: i64 = 2_000;
 pub const MAX_WALK_STEPS: usize = 5_000;
 
 const NONE: u32 = u32::MAX;
+
+/// The input file's columns (analysis/critical_path.py writes them), its texts among them.
+const INPUT_COLUMNS: [&str; 13] = [
+    "step",
+    "src",
+    "rank",
+    "k1",
+    "k2",
+    "name",
+    "kind",
+    "launch_end_ns",
+    "process_group",
+    "op",
+    "op_index",
+    "stream",
+    "correlation",
+];
+const TEXT_COLUMNS: [&str; 4] = ["name", "kind", "process_group", "op"];
+/// Rows of the input read at a time (the gathering's row groups hold as many).
+const BATCH_ROWS: usize = 16_384;
 
 /// A collective instance: (process group, op, op index); texts as ids of their column.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,7 +114,8 @@ struct Seg {
     rank: i32,
 }
 
-/// One row of the input file.
+/// One row of the input file: 88 bytes (its four optional numbers as values and a mask of
+/// their nulls, not Options of 16 bytes each: the rows are most of the walk's memory).
 struct Row {
     step: i64,
     src: i32,
@@ -97,12 +124,31 @@ struct Row {
     k2: i64,
     name: u32,
     kind: u32,
-    launch_end: Option<i64>,
     pg: u32,
     op: u32,
-    op_index: Option<i64>,
-    stream: Option<i64>,
-    correlation: Option<i64>,
+    /// launch_end_ns, op_index, stream, correlation: OPTIONAL's order
+    optional: [i64; 4],
+    /// bit i set: optional[i] is null
+    nulls: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Row>() == 88);
+
+/// The places of a Row's optional numbers.
+const LAUNCH_END: usize = 0;
+const OP_INDEX: usize = 1;
+const STREAM: usize = 2;
+const CORRELATION: usize = 3;
+
+impl Row {
+    fn optional(&self, at: usize) -> Option<i64> {
+        (self.nulls & (1 << at) == 0).then_some(self.optional[at])
+    }
+
+    /// An optional number's sort key: a null after every value.
+    fn nulls_last(&self, at: usize) -> (bool, i64) {
+        (self.nulls & (1 << at) != 0, self.optional[at])
+    }
 }
 
 /// Ids of a text column and each id's place in the texts' byte order (a null after all).
@@ -123,10 +169,6 @@ impl Texts {
         Texts { column, order }
     }
 
-    fn id(&self, i: usize) -> u32 {
-        self.column.id(i).unwrap_or(NONE)
-    }
-
     fn rank_of(&self, id: u32) -> u32 {
         if id == NONE {
             u32::MAX
@@ -140,92 +182,129 @@ impl Texts {
     }
 }
 
-fn nulls_last(v: Option<i64>) -> (bool, i64) {
-    (v.is_none(), v.unwrap_or(0))
-}
-
 /// The walk's inputs at `input` -> its segments at `output` (columns rank, step, seq, kind,
 /// name, ts_ns, dur_ns, on_rank); returns the segments' count. A row without step, src, rank,
 /// k1 or k2 is left out.
 pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
-    let mut t = Table::read(
-        input,
-        &[
-            ("step", Kind::I64),
-            ("src", Kind::I32),
-            ("rank", Kind::I32),
-            ("k1", Kind::I64),
-            ("k2", Kind::I64),
-            ("name", Kind::Shared),
-            ("kind", Kind::Shared),
-            ("launch_end_ns", Kind::I64),
-            ("process_group", Kind::Shared),
-            ("op", Kind::Shared),
-            ("op_index", Kind::I64),
-            ("stream", Kind::I64),
-            ("correlation", Kind::I64),
-        ],
-        None,
-        None,
-    )?;
-    let (step, src, rank, k1, k2) = (
-        t.i64("step")?,
-        t.i32("src")?,
-        t.i32("rank")?,
-        t.i64("k1")?,
-        t.i64("k2")?,
-    );
-    let (launch_end, op_index, stream, correlation) = (
-        t.i64("launch_end_ns")?,
-        t.i64("op_index")?,
-        t.i64("stream")?,
-        t.i64("correlation")?,
-    );
-    let names = Texts::new(t.shared("name")?);
-    let kinds = Texts::new(t.shared("kind")?);
-    let pgs = Texts::new(t.shared("process_group")?);
-    let ops = Texts::new(t.shared("op")?);
-    // (sized at once: collected from a filter, the rows were grown by doubling)
-    let mut rows: Vec<Row> = Vec::with_capacity(step.len());
-    rows.extend((0..step.len()).filter_map(|i| {
-        Some(Row {
-            step: at(&step, i)?,
-            src: at(&src, i)?,
-            rank: at(&rank, i)?,
-            k1: at(&k1, i)?,
-            k2: at(&k2, i)?,
-            name: names.id(i),
-            kind: kinds.id(i),
-            launch_end: at(&launch_end, i),
-            pg: pgs.id(i),
-            op: ops.id(i),
-            op_index: at(&op_index, i),
-            stream: at(&stream, i),
-            correlation: at(&correlation, i),
-        })
-    }));
-    // (the columns are in the rows now)
-    drop((
-        step,
-        src,
-        rank,
-        k1,
-        k2,
-        launch_end,
-        op_index,
-        stream,
-        correlation,
-    ));
+    let (rows, texts) = read_rows(input)?;
+    let [names, kinds, pgs, ops] = texts.map(Texts::new);
+    let walked = walk_rows(rows, &names, &kinds, &pgs, &ops, output);
+    // (the rows' memory back to the system: under the insert of the segments it was 14 MB at 200 MB)
+    crate::trim_heap();
+    walked
+}
+
+/// The input file's rows, a batch at a time (the file's columns and their rows were held at
+/// once: at 200 MB of trace 27 MB over the walk's start, the reduce's peak), and the texts of
+/// its columns name, kind, process_group and op, by id.
+fn read_rows(input: &Path) -> Result<(Vec<Row>, [Shared; 4]), String> {
+    let what = input.display();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot read {what} ({e})");
+    let file = File::open(input).map_err(|e| fail(&e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| fail(&e))?;
+    let descr = builder.metadata().file_metadata().schema_descr_ptr();
+    for c in INPUT_COLUMNS {
+        if !descr.columns().iter().any(|d| d.name() == c) {
+            return Err(fail(&format!("no column {c}")));
+        }
+    }
+    let n = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    let mask = ProjectionMask::columns(&descr, INPUT_COLUMNS);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| fail(&e))?;
+    let mut texts: [Shared; 4] = Default::default();
+    // (sized at once: pushed a row at a time, the rows were grown by doubling)
+    let mut rows: Vec<Row> = Vec::with_capacity(n);
+    for batch in reader {
+        let batch = batch.map_err(|e| fail(&e))?;
+        let column = |c: &str| {
+            batch
+                .column_by_name(c)
+                .ok_or_else(|| fail(&format!("no column {c}")))
+        };
+        let i64s = |c: &str| {
+            column(c)?
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| fail(&format!("column {c} is not BIGINT")))
+        };
+        let i32s = |c: &str| {
+            column(c)?
+                .as_primitive_opt::<Int32Type>()
+                .ok_or_else(|| fail(&format!("column {c} is not INTEGER")))
+        };
+        let (step, src, rank, k1, k2) = (
+            i64s("step")?,
+            i32s("src")?,
+            i32s("rank")?,
+            i64s("k1")?,
+            i64s("k2")?,
+        );
+        let (launch_end, op_index, stream, correlation) = (
+            i64s("launch_end_ns")?,
+            i64s("op_index")?,
+            i64s("stream")?,
+            i64s("correlation")?,
+        );
+        for (t, c) in texts.iter_mut().zip(TEXT_COLUMNS) {
+            t.forget_rows();
+            t.extend(column(c)?)
+                .map_err(|e| fail(&format!("column {c} is not {e}")))?;
+        }
+        let [names, kinds, pgs, ops] = &texts;
+        let id = |t: &Shared, i: usize| t.id(i).unwrap_or(NONE);
+        rows.extend((0..batch.num_rows()).filter_map(|i| {
+            Some(Row {
+                step: at(step, i)?,
+                src: at(src, i)?,
+                rank: at(rank, i)?,
+                k1: at(k1, i)?,
+                k2: at(k2, i)?,
+                name: id(names, i),
+                kind: id(kinds, i),
+                pg: id(pgs, i),
+                op: id(ops, i),
+                optional: [
+                    at(launch_end, i).unwrap_or(0),
+                    at(op_index, i).unwrap_or(0),
+                    at(stream, i).unwrap_or(0),
+                    at(correlation, i).unwrap_or(0),
+                ],
+                nulls: [launch_end, op_index, stream, correlation]
+                    .iter()
+                    .enumerate()
+                    .fold(0, |m, (b, c)| m | (u8::from(at(*c, i).is_none()) << b)),
+            })
+        }));
+    }
+    for t in &mut texts {
+        t.forget_rows();
+    }
+    Ok((rows, texts))
+}
+
+/// The walk of every step of `rows` (the texts by id in `names` .. `ops`) -> the segments at
+/// `output`; returns their count.
+fn walk_rows(
+    mut rows: Vec<Row>,
+    names: &Texts,
+    kinds: &Texts,
+    pgs: &Texts,
+    ops: &Texts,
+    output: &Path,
+) -> Result<usize, String> {
     rows.sort_unstable_by(|a, b| {
         (a.step, a.src, a.rank, a.k1, a.k2)
             .cmp(&(b.step, b.src, b.rank, b.k1, b.k2))
             .then_with(|| names.rank_of(a.name).cmp(&names.rank_of(b.name)))
-            .then_with(|| nulls_last(a.stream).cmp(&nulls_last(b.stream)))
-            .then_with(|| nulls_last(a.correlation).cmp(&nulls_last(b.correlation)))
+            .then_with(|| a.nulls_last(STREAM).cmp(&b.nulls_last(STREAM)))
+            .then_with(|| a.nulls_last(CORRELATION).cmp(&b.nulls_last(CORRELATION)))
             .then_with(|| pgs.rank_of(a.pg).cmp(&pgs.rank_of(b.pg)))
-            .then_with(|| nulls_last(a.op_index).cmp(&nulls_last(b.op_index)))
+            .then_with(|| a.nulls_last(OP_INDEX).cmp(&b.nulls_last(OP_INDEX)))
             .then_with(|| kinds.rank_of(a.kind).cmp(&kinds.rank_of(b.kind)))
-            .then_with(|| nulls_last(a.launch_end).cmp(&nulls_last(b.launch_end)))
+            .then_with(|| a.nulls_last(LAUNCH_END).cmp(&b.nulls_last(LAUNCH_END)))
             .then_with(|| ops.rank_of(a.op).cmp(&ops.rank_of(b.op)))
     });
     let compute =
@@ -252,6 +331,7 @@ pub fn walk_file(input: &Path, output: &Path) -> Result<usize, String> {
                 .map(|(seq, s)| (start, step, seq, s)),
         );
     }
+    drop(rows); // (walked: the segments are written without them)
 
     let kind_text = |k: SegKind| match k {
         SegKind::Kernel => Some("kernel"),
@@ -288,7 +368,7 @@ fn step_inputs(rows: &[Row]) -> (HashMap<i32, Rank>, Arrivals) {
         let key = Key {
             pg: r.pg,
             op: r.op,
-            index: r.op_index,
+            index: r.optional(OP_INDEX),
         };
         if r.src == 0 {
             // (a rank's later bounds replace the earlier ones, and what came before them)
@@ -315,7 +395,7 @@ fn step_inputs(rows: &[Row]) -> (HashMap<i32, Rank>, Arrivals) {
                 end: r.k1,
                 name: r.name,
                 kind: r.kind,
-                launch_end: r.launch_end,
+                launch_end: r.optional(LAUNCH_END),
                 collective: (r.op != NONE).then_some(key),
             }),
             2 => x.syncs.push((r.k1, r.k2)),

@@ -14,8 +14,8 @@
 //!   counts agree; ranges with the same start and name are each paired with every place they
 //!   hold (one row per place);
 //! - each runtime call with the row's correlation gives a row (its start as `launch_ts_ns`, its
-//!   step); none: one row without; `step`: the launching call's step, else the step holding the
-//!   row's start;
+//!   end, start + duration, as `launch_end_ns`, its step); none: one row without; `step`: the
+//!   launching call's step, else the step holding the row's start;
 //! - `device` / `stream`: the args' device / stream, else the pid / tid when it is an integer
 //!   written in decimal digits (a minus first) that the column holds.
 
@@ -115,6 +115,7 @@ pub fn schema() -> SchemaRef {
         f("correlation", Int64),
         f("external_id", Int64),
         f("launch_ts_ns", Int64),
+        f("launch_end_ns", Int64),
         f("copy_bytes", Int64),
         f("collective_name", Utf8),
         f("in_msg_nelems", Int64),
@@ -129,15 +130,15 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// A runtime call: its start and step.
-type Call = (i64, Option<i64>);
+/// A runtime call: its start, end (none without a duration) and step.
+type Call = (i64, Option<i64>, Option<i64>);
 /// Each category's kinds by name (NULL name: `None`), classified once.
 pub type Kinds = HashMap<String, (Option<Option<String>>, HashMap<String, Option<String>>)>;
 
-/// The runtime calls of a rank by correlation (start, step), and its kernel launches in order.
+/// The runtime calls of a rank by correlation (start, end, step), and its kernel launches in order.
 pub struct Launches {
     /// every runtime call with a correlation: (correlation, call), in correlation order, each
-    /// correlation's calls in gathered order (a sorted list: 32 bytes a call, where a map with a
+    /// correlation's calls in gathered order (a sorted list: 48 bytes a call, where a map with a
     /// list per correlation took several times that)
     calls: Vec<(i64, Call)>,
     /// correlations of the kernel launches, in (start, correlation) order
@@ -145,25 +146,27 @@ pub struct Launches {
 }
 
 impl Launches {
-    /// From the gathered runtime rows (columns name, ts_ns, correlation).
+    /// From the gathered runtime rows (columns name, ts_ns, dur_ns, correlation).
     pub fn of(
         runtime: &mut Gathered,
         step_of: &dyn Fn(Option<i64>) -> Option<i64>,
     ) -> Result<Launches, ArrowError> {
         let mut calls: Vec<(i64, Call)> = Vec::new();
         let mut launches: Vec<(i64, i64)> = Vec::new();
-        for part in runtime.parts_of(&["name", "ts_ns", "correlation"])? {
+        for part in runtime.parts_of(&["name", "ts_ns", "dur_ns", "correlation"])? {
             let part = part?;
-            let (name, ts, correlation) = (
+            let (name, ts, dur, correlation) = (
                 by_name::<StringArray>(&part, "name")?,
                 by_name::<Int64Array>(&part, "ts_ns")?,
+                by_name::<Int64Array>(&part, "dur_ns")?,
                 by_name::<Int64Array>(&part, "correlation")?,
             );
             for i in 0..part.num_rows() {
                 let (Some(c), Some(t)) = (int_at(correlation, i), int_at(ts, i)) else {
                     continue;
                 };
-                calls.push((c, (t, step_of(Some(t)))));
+                let end = int_at(dur, i).map(|d| t.saturating_add(d));
+                calls.push((c, (t, end, step_of(Some(t)))));
                 if text_at(name, i).is_some_and(|n| LAUNCHES.iter().any(|l| n.starts_with(l))) {
                     launches.push((t, c));
                 }
@@ -316,7 +319,8 @@ pub fn rows_batch(
         Int64Builder::with_capacity(m),
         Int64Builder::with_capacity(m),
     );
-    let (mut corr, mut ext, mut launch, mut copy) = (
+    let (mut corr, mut ext, mut launch, mut launch_end, mut copy) = (
+        Int64Builder::with_capacity(m),
         Int64Builder::with_capacity(m),
         Int64Builder::with_capacity(m),
         Int64Builder::with_capacity(m),
@@ -358,7 +362,7 @@ pub fn rows_batch(
                 &by_category.1[nm]
             }
         };
-        step.append_option(call.and_then(|(_, s)| s).or_else(|| step_of(t)));
+        step.append_option(call.and_then(|(_, _, s)| s).or_else(|| step_of(t)));
         kind.append_option(k.as_deref());
         names.append_option(row_name);
         dev.append_option(
@@ -371,7 +375,8 @@ pub fn rows_batch(
         t1.append_option(t.and_then(|t| Some(t.saturating_add(int_at(dur, i)?))));
         corr.append_option(c);
         ext.append_option(int_at(external_id, i));
-        launch.append_option(call.map(|(start, _)| start));
+        launch.append_option(call.map(|(start, _, _)| start));
+        launch_end.append_option(call.and_then(|(_, end, _)| end));
         copy.append_option(int_at(bytes, i));
         coll.append_option(text_at(collective, i));
         nelems.append_option(int_at(in_msg, i));
@@ -397,6 +402,7 @@ pub fn rows_batch(
         Arc::new(corr.finish()),
         Arc::new(ext.finish()),
         Arc::new(launch.finish()),
+        Arc::new(launch_end.finish()),
         Arc::new(copy.finish()),
         Arc::new(coll.finish()),
         Arc::new(nelems.finish()),

@@ -37,9 +37,14 @@ pub use trace::{Limits, Outcome, TraceError, TraceParser};
 /// noisy machine). (A no-op where malloc is not glibc's; mimalloc as the allocator
 /// kept more still: 400 MB against 286 at 200 MB.)
 pub fn release_freed_memory(rows: u64) {
-    if rows < TRIM_MIN_ROWS {
-        return;
+    if rows >= TRIM_MIN_ROWS {
+        trim_heap();
     }
+}
+
+/// glibc malloc's free pages handed back to the system now (release_freed_memory says when it
+/// pays; a stage run once a load, such as the critical path's walk, calls this itself).
+pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         extern "C" {

@@ -50,12 +50,9 @@ GATHER_ROW_GROUP_ROWS = 16_384
 INPUTS_SQL = """
     WITH aligned AS (SELECT step FROM aligned_steps),
     gpu AS (
-        SELECT k.step, k.rank, k.ts_ns, k.end_ns, k.name, k.kind, r.end_ns AS launch_end_ns,
+        SELECT k.step, k.rank, k.ts_ns, k.end_ns, k.name, k.kind, k.launch_end_ns,
                a.process_group, a.op, a.op_index, k.stream, k.correlation
         FROM kernels AS k
-        LEFT JOIN (SELECT rank, correlation, min(end_ns) AS end_ns FROM runtime
-                   WHERE correlation IS NOT NULL GROUP BY rank, correlation) AS r
-          ON r.rank = k.rank AND r.correlation = k.correlation
         LEFT JOIN collective_arrivals AS a ON a.rank = k.rank AND a.step = k.step AND a.ts_ns = k.ts_ns
           AND a.source = 'nccl_kernel'
         WHERE k.step IN (SELECT step FROM aligned)

@@ -164,6 +164,7 @@ CREATE TABLE kernels (
     correlation BIGINT,         -- correlation id of the launching runtime call (range profiler kernels: of the launch in the same place in launch order)
     external_id BIGINT,         -- External id of the launching operator
     launch_ts_ns BIGINT,        -- when the host launched it, ns (NULL when unknown; a kernel whose correlation two runtime calls carry has a row for each)
+    launch_end_ns BIGINT,       -- when that launching call returned (its start + duration), ns (NULL when unknown)
     copy_bytes BIGINT,          -- bytes moved (memcpy / memset)
     collective_name VARCHAR,    -- args."Collective name" on NCCL kernels (newer torch)
     in_msg_nelems BIGINT,       -- args."In msg nelems"

@@ -96,11 +96,17 @@ def record_notes(con, rows: list[tuple]) -> None:
 
 def cross_rank(con: duckdb.DuckDBPyConnection, shards: list[Shard]) -> None:
     """Process groups of gloo collectives, pipelines from the send / recv traffic, cross-rank tables, the one-run check, alignment and clock offsets."""
+    # (each part's memory handed back before the next: the peak is the biggest part, not the sum)
+    tracedb.release_freed_memory(con)
     infer_groups(con)
     infer_pipelines(con)
-    tracedb.build_tables(con, tracedb.cross_rank_sql_files())
+    tracedb.release_freed_memory(con)
+    for name in tracedb.cross_rank_sql_files():
+        tracedb.build_tables(con, [name])
+        tracedb.release_freed_memory(con)
     check_one_run(con, {s.rank: s.manifest.get("host_name") for s in shards})
     align_ranks(con)
+    tracedb.release_freed_memory(con)
 
 
 def check_one_run(con, hosts: dict[int, str | None]) -> None:

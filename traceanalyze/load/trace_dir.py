@@ -401,6 +401,7 @@ def _critical_path(tmp_db: Path, shards: list, materialize: bool) -> tuple:
         inputs, segments = scratch / "critical_path_inputs.parquet", scratch / "critical_path.parquet"
         with _open_reduce_db(tmp_db, shards, materialize) as con:  # (closed at the block's end)
             gathered = critical_path.gather_inputs(con, inputs)
+            tracedb.release_freed_memory(con)  # (closing the connection alone kept it)
             con.execute("CHECKPOINT")
             issues = tuple(_load_issues(con))
         if gathered and critical_path.walk(inputs, segments):

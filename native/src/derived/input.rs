@@ -92,6 +92,18 @@ impl Shared {
         &self.texts
     }
 
+    /// The texts of `column` (VARCHAR, plain or a dictionary) appended as rows after the ones
+    /// before: a file read a batch at a time.
+    pub fn extend(&mut self, column: &ArrayRef) -> Result<(), String> {
+        text_column(column)?;
+        self.push(column).map_err(|e| e.to_string())
+    }
+
+    /// The rows forgotten, their distinct texts (and so every id given) kept.
+    pub fn forget_rows(&mut self) {
+        self.ids.clear();
+    }
+
     fn intern(&mut self, text: &str) -> u32 {
         if let Some(&id) = self.index.get(text) {
             return id;
