@@ -15,7 +15,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder};
+use arrow_array::builder::{ArrayBuilder, BooleanBuilder, Int32Builder, Int64Builder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{
@@ -356,7 +356,7 @@ impl Table {
             names.extend(keep_columns.iter().copied());
         }
         let mask = ProjectionMask::columns(&descr, names.iter().copied());
-        let mut builder = builder.with_projection(mask).with_batch_size(1 << 16);
+        let mut builder = builder.with_projection(mask).with_batch_size(1 << 12);
         // (every row is kept unless a filter picks them: the numbers' arrays sized at once,
         // not doubled as they grow, which held up to twice a column and its copy)
         let rows = match keep {
@@ -453,14 +453,22 @@ impl Table {
 
     pub fn i64(&mut self, name: &str) -> Result<Int64Array, String> {
         match self.take(name)? {
-            Kept::I64(mut b) => Ok(b.finish()),
+            Kept::I64(mut b) => Ok(if loose(b.capacity(), b.len()) {
+                b.finish_cloned()
+            } else {
+                b.finish()
+            }),
             _ => Err(format!("{name}: not kept as BIGINT")),
         }
     }
 
     pub fn i32(&mut self, name: &str) -> Result<Int32Array, String> {
         match self.take(name)? {
-            Kept::I32(mut b) => Ok(b.finish()),
+            Kept::I32(mut b) => Ok(if loose(b.capacity(), b.len()) {
+                b.finish_cloned()
+            } else {
+                b.finish()
+            }),
             _ => Err(format!("{name}: not kept as INTEGER")),
         }
     }
@@ -476,6 +484,8 @@ impl Table {
         match self.take(name)? {
             Kept::Shared(mut s) => {
                 s.index = HashMap::new(); // (no more texts come)
+                s.ids.shrink_to_fit();
+                s.texts.shrink_to_fit();
                 Ok(s)
             }
             _ => Err(format!("{name}: not kept as shared texts")),
@@ -484,24 +494,42 @@ impl Table {
 
     pub fn few(&mut self, name: &str) -> Result<Few, String> {
         match self.take(name)? {
-            Kept::Few(f) => Ok(f),
+            Kept::Few(mut f) => {
+                f.rows.shrink_to_fit();
+                f.ends.shrink_to_fit();
+                f.data.shrink_to_fit();
+                Ok(f)
+            }
             _ => Err(format!("{name}: not kept as few texts")),
         }
     }
 
     pub fn few_i64(&mut self, name: &str) -> Result<FewValues<i64>, String> {
         match self.take(name)? {
-            Kept::FewI64(f) => Ok(f),
+            Kept::FewI64(mut f) => {
+                f.rows.shrink_to_fit();
+                Ok(f)
+            }
             _ => Err(format!("{name}: not kept as few numbers")),
         }
     }
 
     pub fn few_i32(&mut self, name: &str) -> Result<FewValues<i32>, String> {
         match self.take(name)? {
-            Kept::FewI32(f) => Ok(f),
+            Kept::FewI32(mut f) => {
+                f.rows.shrink_to_fit();
+                Ok(f)
+            }
             _ => Err(format!("{name}: not kept as few numbers")),
         }
     }
+}
+
+/// Whether a column's buffer, grown as a filtered file's rows came, holds a quarter more than
+/// its rows: then they are copied into one of their size (the derived tables are built while
+/// every input is held, and doubling left up to half of each unused).
+fn loose(capacity: usize, len: usize) -> bool {
+    capacity > len + len / 4 + 1024
 }
 
 fn text_column(column: &ArrayRef) -> Result<(), String> {

@@ -418,14 +418,20 @@ pub fn step_batches(x: &Inputs) -> Columns {
         }
     }
     // else: the first shaped input of an op of the pass's thread inside it
-    let mut by_thread: HashMap<&str, Vec<usize>> = HashMap::new();
-    for i in 0..c.name.len() {
-        if let Some(t) = text_at(&c.tid, i) {
-            by_thread.entry(t).or_default().push(i);
+    // (the ops of the passes' threads alone, by start; the row breaks ties as file order did)
+    let mut by_thread: HashMap<&str, Vec<usize>> = forwards
+        .iter()
+        .filter_map(|f| Some((f.2?, Vec::new())))
+        .collect();
+    if !by_thread.is_empty() {
+        for i in 0..c.name.len() {
+            if let Some(ops) = text_at(&c.tid, i).and_then(|t| by_thread.get_mut(t)) {
+                ops.push(i);
+            }
         }
     }
     for ops in by_thread.values_mut() {
-        ops.sort_by_key(|&i| at(&c.ts_ns, i));
+        ops.sort_unstable_by_key(|&i| (at(&c.ts_ns, i), i));
     }
     let mut pass_samples: HashMap<(i64, usize), Option<i64>> = HashMap::new();
     for f in &forwards {
