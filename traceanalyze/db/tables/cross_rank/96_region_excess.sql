@@ -21,14 +21,18 @@ members AS (
     UNION ALL
     SELECT u.step, u.peer_group, r.rank FROM used AS u CROSS JOIN ranks AS r WHERE u.peer_group IS NULL
 ),
-sizes AS (SELECT step, peer_group, count(*) AS n FROM members GROUP BY step, peer_group),
+sizes AS (          -- the groups with another member to compare with (alone: no row, so none is placed)
+    SELECT step, peer_group, count(*) AS n FROM members GROUP BY step, peer_group HAVING count(*) >= 2
+),
 positioned AS (     -- per group and region: each member's values and their 1-based places among the members that have it, ascending
     SELECT m.step, m.peer_group, g.kind, g.name, m.rank, g.time_ns, g.self_ns, g.idle_ns,
            count(*) OVER w AS present,
            rank() OVER (w ORDER BY g.time_ns) AS time_place, row_number() OVER (w ORDER BY g.time_ns) AS time_row,
            rank() OVER (w ORDER BY g.self_ns) AS self_place, row_number() OVER (w ORDER BY g.self_ns) AS self_row,
            rank() OVER (w ORDER BY g.idle_ns) AS idle_place, row_number() OVER (w ORDER BY g.idle_ns) AS idle_row
-    FROM members AS m JOIN step_regions AS g ON g.rank = m.rank AND g.step = m.step
+    FROM members AS m
+    JOIN sizes AS z ON z.step = m.step AND z.peer_group IS NOT DISTINCT FROM m.peer_group
+    JOIN step_regions AS g ON g.rank = m.rank AND g.step = m.step
     WINDOW w AS (PARTITION BY m.step, m.peer_group, g.kind, g.name)
 ),
 middles AS (        -- the values at the places h, h + 1, h + 2 (h = n // 2; members without the region are zeros placed first): all a median without one member needs
