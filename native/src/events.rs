@@ -865,7 +865,7 @@ mod tests {
             }
             let sep = format!("{},{}", self.ws(), self.ws());
             let mut text = format!("{{{}{}{}}}", self.ws(), parts.join(&sep), self.ws());
-            if self.next() % 5 == 0 && !text.is_empty() {
+            if self.next().is_multiple_of(5) && !text.is_empty() {
                 // one byte changed, inserted or removed (ASCII: the text stays UTF-8)
                 let at = self.next() as usize % text.len();
                 if text.is_char_boundary(at) && text.is_char_boundary(at + 1) {

@@ -308,8 +308,8 @@ fn op_bytes(family: &str, d: &[Dims; 4], s: Option<i64>) -> Option<f64> {
 /// TRY_CAST(double AS BIGINT): rounded half to even; None when not finite or out of range.
 fn to_i64(v: Option<f64>) -> Option<i64> {
     let r = v?.round_ties_even();
-    (r.is_finite() && r >= -9.223372036854775808e18 && r < 9.223372036854775808e18)
-        .then_some(r as i64)
+    // (-2^63 and 2^63, both exact as f64)
+    (r.is_finite() && (i64::MIN as f64..-(i64::MIN as f64)).contains(&r)).then_some(r as i64)
 }
 
 /// The precision class peaks are quoted for: fp64, fp32, fp16, bf16, fp8 (None: integers,
@@ -462,10 +462,12 @@ pub fn op_flops(x: &Inputs) -> Columns {
             by_thread.entry(t).or_default().push(n);
         }
     }
-    let mut islands: HashMap<&str, Vec<(i64, i64, Vec<usize>)>> = HashMap::new();
+    // (start, end, members) of each thread's runs of overlapping ops
+    type Island = (i64, i64, Vec<usize>);
+    let mut islands: HashMap<&str, Vec<Island>> = HashMap::new();
     for (tid, members) in by_thread.iter_mut() {
         members.sort_by_key(|&n| (outer[n].ts, outer[n].end, n));
-        let mut runs: Vec<(i64, i64, Vec<usize>)> = Vec::new();
+        let mut runs: Vec<Island> = Vec::new();
         for &n in members.iter() {
             let o = outer[n];
             match runs.last_mut() {

@@ -26,7 +26,8 @@ const CLASSES: &[&str] = &["any", "compute", "communication"];
 pub fn busy_intervals(x: &Inputs) -> Vec<Busy> {
     let (k, steps) = (&x.kernels, &x.steps);
     // (step, device, class) -> clipped spans
-    let mut work: BTreeMap<(i64, Option<i32>, usize), Vec<(i64, i64)>> = BTreeMap::new();
+    type Lane = (i64, Option<i32>, usize);
+    let mut work: BTreeMap<Lane, Vec<(i64, i64)>> = BTreeMap::new();
     for i in 0..k.kind.len() {
         if k.counters.is_valid(i) {
             continue;

@@ -283,7 +283,7 @@ pub struct Table {
 
 /// Decides, from a batch, which rows keep their `FewPicked` texts.
 pub type Pick = Box<dyn Fn(&RecordBatch) -> Vec<bool>>;
-type Keep = Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send>;
+pub type Keep = Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send>;
 
 impl Table {
     /// The `columns` of the Parquet file `path` (all its rows, or those `keep` picks by the
@@ -621,6 +621,10 @@ impl Steps {
 
     pub fn len(&self) -> usize {
         self.step.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.step.is_empty()
     }
 
     /// The last step starting at or before `ts` (an ASOF join on the start), as an index.

@@ -514,8 +514,7 @@ fn read_devices_and_raw(dir: &Path) -> Result<(Runtime, Kernels, RawEvents), Str
         peer_group_rank: k.few_i32("peer_group_rank")?,
         counters: k.few("counters")?,
     };
-    let keep: Box<dyn Fn(&RecordBatch) -> Result<BooleanArray, ArrowError> + Send> =
-        Box::new(|b| Ok(BooleanArray::from(by_name(b, kept_raw_name)?)));
+    let keep: input::Keep = Box::new(|b| Ok(BooleanArray::from(by_name(b, kept_raw_name)?)));
     let args: Pick = Box::new(|b: &RecordBatch| {
         by_name(b, reads_args).unwrap_or_else(|_| vec![true; b.num_rows()])
     });

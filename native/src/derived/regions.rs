@@ -64,7 +64,8 @@ pub fn step_regions(
         .collect();
     let is_comm = |n: &str| n.starts_with("gloo:") || n.starts_with("nccl:");
     // (step, kind, name) -> (calls, time, self, idle)
-    let mut rows: BTreeMap<(i64, &str, &str), (i64, i128, i128, i128)> = BTreeMap::new();
+    type Sums = (i64, i128, i128, i128);
+    let mut rows: BTreeMap<(i64, &str, &str), Sums> = BTreeMap::new();
     for i in 0..c.name.len() {
         let (Some(step), Some(name)) = (at(&c.step, i), text_at(&c.name, i)) else {
             continue;

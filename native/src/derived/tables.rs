@@ -132,7 +132,8 @@ pub fn memory(x: &Inputs) -> Columns {
         }
     }
     // the next event's bytes at the same address of the device
-    let mut by_addr: HashMap<(Option<i32>, Option<i32>, Option<&str>), Vec<usize>> = HashMap::new();
+    type Address<'a> = (Option<i32>, Option<i32>, Option<&'a str>); // (device type, device, address)
+    let mut by_addr: HashMap<Address, Vec<usize>> = HashMap::new();
     for (k, &i) in rows.iter().enumerate() {
         by_addr
             .entry((
