@@ -67,8 +67,9 @@ pub fn trim_heap() {
 /// the derived inputs' columns), a freed block goes back at once instead of leaving a hole in
 /// a thread's heap: a 200 MB V100 load's peak 112-119 -> 112-115 MiB (12 alternated runs
 /// against 32 MB; 1.02x the wall), 500 MB 220 -> 210 MiB (0.99x the wall); 4 MB kept
-/// 112-122, 512 KB was 1.02x too. Not for small traces: a process mapping 1,024 small ranks one after the
-/// other gave back and faulted in its heap's top again and again (1.05x the wall). A user's own
+/// 112-122, 512 KB was 1.02x too. Not for small traces: a process mapping 1,024 small ranks
+/// one after the other gave back and faulted in its heap's top again and again (1.05x the
+/// wall). A user's own
 /// GLIBC_TUNABLES or MALLOC_*_ settings for malloc win: nothing is set. (A no-op where malloc
 /// is not glibc's.)
 pub fn tune_allocator() {

@@ -15,11 +15,14 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::builder::{ArrayBuilder, BooleanBuilder, Int32Builder, Int64Builder};
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Int32Builder, Int64Builder, PrimitiveBuilder,
+};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, ArrowPrimitiveType, BooleanArray, Int32Array, Int64Array, PrimitiveArray,
+    RecordBatch, StringArray,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 use parquet::arrow::arrow_reader::{
@@ -453,22 +456,14 @@ impl Table {
 
     pub fn i64(&mut self, name: &str) -> Result<Int64Array, String> {
         match self.take(name)? {
-            Kept::I64(mut b) => Ok(if loose(b.capacity(), b.len()) {
-                b.finish_cloned()
-            } else {
-                b.finish()
-            }),
+            Kept::I64(mut b) => Ok(finish_tight(&mut b)),
             _ => Err(format!("{name}: not kept as BIGINT")),
         }
     }
 
     pub fn i32(&mut self, name: &str) -> Result<Int32Array, String> {
         match self.take(name)? {
-            Kept::I32(mut b) => Ok(if loose(b.capacity(), b.len()) {
-                b.finish_cloned()
-            } else {
-                b.finish()
-            }),
+            Kept::I32(mut b) => Ok(finish_tight(&mut b)),
             _ => Err(format!("{name}: not kept as INTEGER")),
         }
     }
@@ -525,11 +520,15 @@ impl Table {
     }
 }
 
-/// Whether a column's buffer, grown as a filtered file's rows came, holds a quarter more than
-/// its rows: then they are copied into one of their size (the derived tables are built while
-/// every input is held, and doubling left up to half of each unused).
-fn loose(capacity: usize, len: usize) -> bool {
-    capacity > len + len / 4 + 1024
+/// A kept column's array: when its buffer, grown as a filtered file's rows came, holds a quarter
+/// more than its rows, they are copied into one of their size (the derived tables are built
+/// while every input is held, and doubling left up to half of each unused).
+fn finish_tight<T: ArrowPrimitiveType>(b: &mut PrimitiveBuilder<T>) -> PrimitiveArray<T> {
+    if b.capacity() > b.len() + b.len() / 4 + 1024 {
+        b.finish_cloned()
+    } else {
+        b.finish()
+    }
 }
 
 fn text_column(column: &ArrayRef) -> Result<(), String> {
