@@ -23,6 +23,7 @@ import traceanalyze.db as tracedb
 from traceanalyze.diagnosis.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
+from traceanalyze.interrupts import interrupts_held
 from traceanalyze.lazy_import import duckdb
 from traceanalyze.load import load_shards, load_trace_dir
 from traceanalyze.load.discover import parse_rank_selection
@@ -116,13 +117,12 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         source = Path(source)
     settings = resolve_config(config, params)  # a typo fails before the long load
     scratch = None
-    if db is None:
-        scratch = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
-        db_path = scratch / "trace.duckdb"
-    else:
-        db_path = Path(db)
     say, done = progress_reporter(progress)
     try:
+        if db is None:
+            with interrupts_held():  # (made and `scratch` set at once: the except below removes it)
+                scratch = Path(tempfile.mkdtemp(prefix="traceanalyze-"))
+        db_path = scratch / "trace.duckdb" if db is None else Path(db)
         if trace_dir is None:
             load_shards(str(source), db_path, rank_set(ranks), progress=say)
         else:

@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from traceanalyze.interrupts import interrupts_held
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -24,15 +26,18 @@ def _umask() -> int:
 
 def write_bytes_atomic(path: Path, data: bytes) -> Path:
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
-                               suffix=TMP_SUFFIX)
+    tmp = None
     try:
+        with interrupts_held():  # (a signal meanwhile is raised at the block's end, in this try)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                                       suffix=TMP_SUFFIX)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would have given
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 
@@ -37,18 +38,82 @@ def system_duckdb_errors() -> tuple[type[BaseException], ...]:
             duckdb.PermissionException)
 
 received: int | None = None  # the last signal that interrupted this process
+_settled = False  # run has the command's outcome: an interrupt is no longer raised
 
 
-def _interrupt(signum, _frame) -> None:
+class Interrupted(KeyboardInterrupt):
+    """What the signal handler raises: a KeyboardInterrupt that names its signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+def _interrupt(signum, frame) -> None:
     global received
     received = signum
-    raise KeyboardInterrupt
+    if _in_unraisable_hook(frame):  # what it raised here would be dropped too
+        _trip_again(signum)
+        return
+    raise Interrupted(signum)
+
+
+def _redeliver_lost_interrupt(unraisable) -> None:
+    """Python drops an exception raised where no caller can take it (a weakref callback such as
+    importlib's module-lock one, a __del__, a GC callback) and prints 'Exception ignored'. A
+    signal whose handler ran there would be lost: the command would run on to exit 0 and keep
+    what it wrote. The signal is tripped again instead, once the main thread has left this hook;
+    its handler then runs at the next bytecode, where the interrupt can be taken (or lands here
+    once more)."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _trip_again(unraisable.exc_value.signum)
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _in_unraisable_hook(frame) -> bool:
+    while frame is not None:
+        if frame.f_code is _redeliver_lost_interrupt.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _trip_again(signum: int) -> None:
+    """Raise the interrupt at the main thread's next call or return outside the hook (a handler
+    that ran in the hook could not raise there): a one-shot profile function, the one before put
+    back as it fires. Synchronous, so the command does no more work first, and one raise per
+    lost interrupt (a second would interrupt the cleanup)."""
+    previous = sys.getprofile()
+
+    def fire(frame, event, arg) -> None:
+        if _in_unraisable_hook(frame):
+            return
+        sys.setprofile(previous)
+        if not _settled:  # (once run has its exit code, `received` says it)
+            raise Interrupted(signum)
+
+    sys.setprofile(fire)
+
+
+def _find_tempdir_unsignalled() -> None:
+    """tempfile finds its folder once, on first use, by writing a probe file there and removing
+    it; a signal between the two leaves the file in $TMPDIR. It is found now, SIGINT and
+    SIGTERM held meanwhile (delivered right after). An unusable folder is said where it is used."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        tempfile.gettempdir()
+    except OSError:
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM both interrupt the main thread (see the module docstring)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
+    sys.unraisablehook = _redeliver_lost_interrupt
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -125,27 +190,38 @@ def _quiet_stdout() -> None:
 
 def run(main) -> None:
     """Call `main()` (a click command in non-standalone mode) and exit with the right code."""
+    global _settled
     install_signal_handlers()
+    _find_tempdir_unsignalled()
     try:
         code = main()
-    except click.ClickException as exc:
-        exc.show()
-        code = exc.exit_code
-    except BrokenPipeError:
-        _quiet_stdout()
-        code = EXIT_BROKEN_PIPE
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every other case re-raises
-        if is_interrupt(exc):
-            click.echo("interrupted" + (" (SIGTERM)" if received == signal.SIGTERM else ""), err=True)
-            code = interrupted_exit_code()
-        else:
-            message = fault_message(exc)
-            if message is None:
-                raise
-            from traceanalyze.escape import terminal
-
-            click.echo(f"error: {terminal(message)}", err=True)
-            code = EXIT_ERROR
+    except BaseException as exc:  # noqa: BLE001 - _exit_code re-raises what is not ours
+        _settled = True
+        code = _exit_code(exc)
+    _settled = True
+    if received is not None and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # a signal whose interrupt something swallowed after all: its exit code, not success
+        code = _exit_code(Interrupted(received))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_code(exc: BaseException) -> int:
+    """The exit code for what the command raised, its one line printed; raises what is a bug."""
+    if isinstance(exc, click.ClickException):
+        exc.show()
+        return exc.exit_code
+    if isinstance(exc, BrokenPipeError):
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    if isinstance(exc, SystemExit):
+        raise exc
+    if is_interrupt(exc):
+        click.echo("interrupted" + (" (SIGTERM)" if received == signal.SIGTERM else ""), err=True)
+        return interrupted_exit_code()
+    message = fault_message(exc)
+    if message is None:
+        raise exc
+    from traceanalyze.escape import terminal
+
+    click.echo(f"error: {terminal(message)}", err=True)
+    return EXIT_ERROR

@@ -9,6 +9,7 @@ import click
 
 from traceanalyze.commands._options import force_option
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.interrupts import interrupts_held
 
 
 @click.command("ingest", short_help="Parse one rank's trace into a shard folder (one job per rank).")
@@ -43,15 +44,14 @@ def command(trace: str, shards: str, force: bool) -> None:
         tf = identify(path, only_file=True)
     store = ShardStore(shards)
     created = not store.remote and not Path(local_path(shards)).exists()
-    if not store.remote:
-        try:
-            Path(store.rank_dir(tf.rank)).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TraceanalyzeError(f"cannot create the shard folder: {exc.strerror}", shards) from None
+
     def waiting(holder: str) -> None:
         click.echo(f"rank {tf.rank}: waiting for another ingest of this rank to finish ({holder})", err=True)
 
     try:
+        if not store.remote:
+            with interrupts_held():  # (a signal meanwhile is raised in this try, which removes it)
+                _make_rank_dir(store, tf.rank, shards)
         with rank_lock(store, tf.rank, waiting):
             if not force and _up_to_date(store, tf):
                 click.echo(f"rank {tf.rank}: shard up to date in {store.rank_dir(tf.rank)}")
@@ -98,6 +98,13 @@ def _up_to_date(store, tf) -> bool:
     if not is_current(manifest, tf):
         return False
     return store.remote or verify_shard(store.rank_dir(tf.rank), manifest, tf.rank) is None
+
+
+def _make_rank_dir(store: ShardStore, rank: int, shards: str) -> None:
+    try:
+        Path(store.rank_dir(rank)).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceanalyzeError(f"cannot create the shard folder: {exc.strerror}", shards) from None
 
 
 def _remove_if_empty(root: Path, rank_dir: Path) -> None:

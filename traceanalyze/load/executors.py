@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
 
+from traceanalyze.interrupts import interrupts_held
 from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import worker_threads
 from traceanalyze.load.map_outcome import MapOutcome, trace_name
@@ -68,8 +69,12 @@ def _announce(outcome: MapOutcome, say: Progress) -> MapOutcome:
     return outcome
 
 
-def _worker_start(owner_pid: int) -> None:
-    """A pool worker's first act: it stops when the command that started it is gone.
+def _worker_start(owner_pid: int, temp_dir: str) -> None:
+    """A pool worker's first act: it takes the command's temp folder, and it stops when the
+    command that started it is gone.
+
+    tempfile would find the folder itself on first use, by writing a probe file there and
+    removing it: a worker killed in between (the command interrupted) left the file behind.
 
     The worker's parent is multiprocessing's forkserver, which lives as long as any worker
     does (each holds its pipe), so a parent-death signal would never come. Instead a thread
@@ -78,6 +83,7 @@ def _worker_start(owner_pid: int) -> None:
     a map runs, so map_rank's `finally` removes the rank's work folder (as soon as the
     statement in DuckDB or the native reader returns to Python), and end an idle worker at
     once."""
+    tempfile.tempdir = temp_dir
     signal.signal(signal.SIGTERM, _worker_terminated)
     signal.signal(signal.SIGINT, _worker_terminated)
     threading.Thread(target=_watch_owner, args=(owner_pid,), name="traceanalyze-owner", daemon=True).start()
@@ -131,30 +137,16 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         context.set_forkserver_preload(["traceanalyze.load.forkserver_init"])
         _reserve_temp_dir()
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_start,
-                               initargs=(os.getpid(),))
+                               initargs=(os.getpid(), tempfile.gettempdir()))
 
 
 def _reserve_temp_dir() -> None:
     """Create multiprocessing's temp folder (`<tmp>/pymp-*`, where the forkserver's socket goes)
-    with SIGINT / SIGTERM held back until it is made and registered for removal at exit.
-
-    multiprocessing makes the folder and only then registers its removal; a signal between the
-    two (the command stopped just as the pool starts) left an empty `pymp-*` folder behind. A
-    signal that arrives meanwhile is raised again once the folder is registered."""
-    held: list[int] = []
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    try:
-        previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in sigs}
-    except ValueError:  # not the main thread: signals reach only the main thread's handlers anyway
+    with SIGINT / SIGTERM held back until it is made and registered for removal at exit
+    (multiprocessing makes the folder and only then registers its removal; a signal between the
+    two, the command stopped just as the pool starts, left an empty `pymp-*` folder behind)."""
+    with interrupts_held():
         multiprocessing.util.get_temp_dir()
-        return
-    try:
-        multiprocessing.util.get_temp_dir()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-    if held:
-        signal.raise_signal(held[-1])
 
 
 def _socket_path_fits() -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.interrupts import interrupts_held
 from traceanalyze.lazy_import import duckdb
 
 MAX_DUMP_BYTES = 256 << 20  # a 20,000-entry NCCL dump is a few tens of MB
@@ -282,8 +283,10 @@ def _insert(con, table: str, rows: list[tuple], path: Path) -> None:
                           "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
     kinds = {"BIGINT": pl.Int64, "INTEGER": pl.Int64, "VARCHAR": pl.Utf8, "BOOLEAN": pl.Boolean}
     frame = pl.DataFrame(rows, schema=[(name, kinds[kind]) for name, kind in columns], orient="row")
-    folder = tempfile.mkdtemp(prefix="traceanalyze-fr-")
+    folder = None
     try:
+        with interrupts_held():  # (made and `folder` set at once: the finally removes it)
+            folder = tempfile.mkdtemp(prefix="traceanalyze-fr-")
         file = os.path.join(folder, "rows.parquet")
         frame.write_parquet(file)
         con.execute(f"INSERT INTO {table} SELECT * FROM read_parquet(?)", [file])  # (our table names)
@@ -291,7 +294,8 @@ def _insert(con, table: str, rows: list[tuple], path: Path) -> None:
         raise TraceFormatError(f"a Flight Recorder dump with a value that does not fit {table} "
                                f"({' '.join(str(exc).split())[:160]})", str(path)) from None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def insert_dumps(con, dumps: list[DumpFile]) -> None:

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from traceanalyze.errors import TraceanalyzeError
+from traceanalyze.interrupts import interrupts_held
 from traceanalyze.load.discover import TraceFile
 from traceanalyze.load.stale import staging_prefix
 
@@ -67,11 +68,14 @@ def staging_folder(files: list[TraceFile] = (), in_ram: bool = True) -> Iterator
     by our choice ($TRACEANALYZE_TMPDIR, else the system's temp folder), for files that stand
     in for memory (spill_folder)."""
     where = staging_dir(list(files)) if in_ram else os.environ.get("TRACEANALYZE_TMPDIR") or None
-    folder = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=where))
+    folder = None
     try:
+        with interrupts_held():
+            folder = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=where))
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def spill_folder() -> AbstractContextManager[Path]:

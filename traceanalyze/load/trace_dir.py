@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import traceanalyze.db as tracedb
 from traceanalyze.analysis import critical_path
 from traceanalyze.errors import TraceanalyzeError, TraceFormatError
+from traceanalyze.interrupts import interrupts_held
 from traceanalyze.lazy_import import duckdb
 from traceanalyze.load.discover import Discovery, TraceFile, discover, find_dumps, format_ranks
 from traceanalyze.load.flight_recorder import DumpFile, insert_dumps
@@ -206,8 +207,10 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
                                                       "rank_selection": "all" if ranks is None else format_ranks(ranks)})
         return LoadResult(db_path, [], False, 0, 0)
     store = ShardStore(shards_root)
-    created = _create_root(store, db_path)
+    created = False
     try:
+        with interrupts_held():  # (made and `created` set at once: the except below removes it)
+            created = _create_root(store, db_path)
         current = [tf.rank for tf in discovery.files if reuse and is_current(store.read_manifest(tf.rank), tf)]
         intact, _, damaged = usable_shards(store, current, _cache_root(store, db_path))
         verified = frozenset(s.rank for s in intact)
