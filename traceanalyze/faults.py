@@ -5,6 +5,10 @@
   files, half-written outputs are removed); the command then prints `interrupted` and exits
   130 (SIGINT) or 143 (SIGTERM). DuckDB turns a signal during a query into
   `RuntimeError: Query interrupted` or an InterruptException: the same.
+  A handler that Python ran where it drops exceptions (a weakref or GC callback, a __del__)
+  raises at the next call outside it; an interrupt some code swallowed still exits 130 / 143.
+  Files and folders are made with the signals held until their removal is set up
+  (traceanalyze/interrupts.py).
 - A full disk, a file-size limit, a missing or read-only folder (OSError: ENOSPC, EFBIG,
   ENOENT, EROFS, ...), DuckDB's I/O and fatal errors, MemoryError: `error: ...`, exit 2.
 - A closed stdout (`... | head`): exit 141 quietly, like other Unix tools.

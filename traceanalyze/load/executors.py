@@ -208,8 +208,11 @@ def _pool_round(files: list[TraceFile], shards_root: str, workers: int, done: di
     threads = worker_threads(workers)
     with _main_not_rerun(), _pool(workers) as pool:
         try:
-            futures = [pool.submit(_map_in_worker, pack, shards_root, threads)
-                       for pack in packs(files, workers)]
+            # a submit starts a worker; one a signal caught half-started was never known to the
+            # pool, so _abandon could not kill it, and it mapped its pack after the cleanup
+            with interrupts_held():
+                futures = [pool.submit(_map_in_worker, pack, shards_root, threads)
+                           for pack in packs(files, workers)]
             n = 0
             for future in as_completed(futures):
                 for outcome in future.result():
