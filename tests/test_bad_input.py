@@ -248,6 +248,50 @@ def test_concatenated_gzip_members_are_one_stream(rank0_text, tmp_path):
     assert issues(db).keys() <= {"rank-missing"}  # (a world of 4 of which only rank 0 is here)
 
 
+UNTIMED = [  # (trace, what the error says of it)
+    ({"traceEvents": []}, "an empty trace"),
+    ({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]}, "an empty trace"),
+    ({"traceEvents": [{"ph": "X", "name": "x", "ts": "12", "dur": "5", "pid": 1, "tid": 1},
+                      {"ph": "X", "name": "y", "ts": 1e300, "dur": 5, "pid": 1, "tid": 1}]},
+     "every event was skipped: bad-ts 2"),
+]
+
+
+@pytest.mark.parametrize("trace, why", UNTIMED, ids=["no-events", "metadata-only", "bad-ts"])
+def test_a_trace_with_no_timed_event_is_a_clear_error_to_analyze_and_a_database_to_query(cli, tmp_path, trace,
+                                                                                         why):
+    # the analysis has nothing to measure: exit 2 naming the file (it once ended in a traceback
+    # in the terminal verdict); `load` still builds the database, whose load_issues say why
+    path = put(tmp_path / "t", "rank0.json", json.dumps(trace).encode())
+    out = tmp_path / "out"
+    line = one_line_error(cli(path.parent, "--out", out), path, "no event with a time to analyze")
+    assert f"({why})" in line
+    assert not (out / "summary.json").exists() and not (out / "report.html").exists()
+    db = tmp_path / "x.duckdb"
+    proc = cli("load", path.parent, "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert q(db, "SELECT count(*) FROM steps") == [(0,)]
+    bad_ts = issues(db).get("bad-ts")
+    assert (bad_ts[0][4] if bad_ts else 0) == sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+
+
+def test_a_rank_with_no_timed_event_beside_a_good_one_is_named(cli, run0, tmp_path):
+    folder = copy_world(run0, tmp_path / "t", ranks={0})
+    path = put(folder, "rank1.json", json.dumps({"distributedInfo": {"rank": 1}, "traceEvents": []}).encode())
+    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), path,
+                   "rank 1 has no event with a time to analyze (an empty trace)")
+
+
+@pytest.mark.parametrize("command", ["load", "analyze"])
+def test_a_failed_load_leaves_no_folder_it_made_for_its_outputs(cli, tmp_path, command):
+    path = put(tmp_path / "t", "rank0.json", b'{"traceEvents": {"ph": "X"}}')
+    (tmp_path / "kept").mkdir()
+    made = tmp_path / "kept" / "new" / "deeper"
+    args = ["load", path.parent, "--db", made / "x.duckdb"] if command == "load" else [path.parent, "--out", made]
+    one_line_error(cli(*args), path, "no traceEvents")
+    assert list((tmp_path / "kept").iterdir()) == []  # the folder that was there stays, empty
+
+
 @pytest.mark.parametrize("name", ["rank0.json", "rank0.json.gz"])
 def test_zero_byte_file(cli, tmp_path, name):
     path = put(tmp_path / "u", name, b"")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import traceanalyze.db as tracedb
+from traceanalyze.analysis.align import require_a_step
 from traceanalyze.diagnosis.config import Config, config_from_file, load_config
 from traceanalyze.errors import TraceError
 from traceanalyze.findings import Finding
@@ -131,6 +132,7 @@ def analyze(trace_dir: PathLike, ranks: Ranks = "all", db: PathLike | None = Non
         con = tracedb.connect(db_path, read_only=True)
         try:
             tracedb.fit_threads(con)
+            require_a_step(con)
             say("running rules")
             diagnosis = diagnose(con, settings)
             summary = build_summary(con, str(source), diagnosis)

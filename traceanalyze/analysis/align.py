@@ -33,16 +33,48 @@ def _describe_step_sets(con: duckdb.DuckDBPyConnection) -> str:
     return "; ".join(f"rank {r}: steps {lo}-{hi} ({n})" for r, lo, hi, n in rows)
 
 
+# the ranks without a step: a trace with no event that has a time (empty, or every event skipped);
+# a trace without ProfilerStep annotations has one step, its whole window
+EMPTY_RANKS_SQL = """
+SELECT r.rank, r.file,
+       (SELECT string_agg(i.kind || ' ' || coalesce(i.count::VARCHAR, ''), ', ' ORDER BY i.kind)
+        FROM load_issues AS i WHERE i.rank = r.rank AND i.severity = 'warning') AS skipped
+FROM ranks AS r
+WHERE r.rank NOT IN (SELECT rank FROM steps)
+ORDER BY r.rank
+"""
+
+
+def require_a_step(con: duckdb.DuckDBPyConnection) -> None:
+    """What the analysis needs of a loaded database: a step (the database of a trace whose events
+    all lack a time is still one to query, but nothing in it can be measured)."""
+    (n_ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
+    if n_ranks and con.execute("SELECT count(*) FROM aligned_steps").fetchone()[0] == 0:
+        _no_common_step(con, n_ranks)  # (no rank: Flight Recorder dumps alone)
+
+
+def _no_common_step(con: duckdb.DuckDBPyConnection, n_ranks: int) -> None:
+    """No step is on every rank: say why, naming a file (exit 2)."""
+    empty = con.execute(EMPTY_RANKS_SQL).fetchall()
+    if empty:
+        rank, file, skipped = empty[0]
+        why = f"every event was skipped: {skipped.strip()}" if skipped else "an empty trace"
+        others = f" (and {len(empty) - 1} more rank(s) like it)" if len(empty) > 1 else ""
+        whom = "the trace" if n_ranks == 1 else f"rank {rank}"
+        raise TraceanalyzeError(f"{whom} has no event with a time to analyze ({why}){others}", file)
+    (first_file,) = con.execute("SELECT file FROM ranks ORDER BY rank LIMIT 1").fetchone()
+    raise TraceanalyzeError(
+        "the ranks share no ProfilerStep, so they cannot be compared "
+        f"({_describe_step_sets(con)}); are these files from different runs or windows?",
+        first_file)
+
+
 def align_ranks(con: duckdb.DuckDBPyConnection) -> None:
     """Check `aligned_steps`, record dropped steps in load_issues, estimate clock offsets."""
     (n_aligned,) = con.execute("SELECT count(*) FROM aligned_steps").fetchone()
     (n_ranks,) = con.execute("SELECT count(*) FROM ranks").fetchone()
     if n_aligned == 0 and n_ranks > 1:
-        (first_file,) = con.execute("SELECT file FROM ranks ORDER BY rank LIMIT 1").fetchone()
-        raise TraceanalyzeError(
-            "the ranks share no ProfilerStep, so they cannot be compared "
-            f"({_describe_step_sets(con)}); are these files from different runs or windows?",
-            first_file)
+        _no_common_step(con, n_ranks)
     con.execute("""
         INSERT INTO load_issues
         SELECT s.rank, r.file, 'step-not-on-all-ranks', 'info',

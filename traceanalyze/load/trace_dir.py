@@ -6,11 +6,12 @@ repairs or reports damaged shards, reduces the shards into the database and writ
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -176,7 +177,37 @@ def load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None = None,
     A database built from the same files (same sizes and modification times) and the same
     rank selection is reused as it is; otherwise only the ranks whose shard is missing or
     out of date are parsed. `shards` (a folder or fsspec URL) defaults to <db>.shards/.
+    A load that fails leaves no folder it made for the database (see _folders_kept_on_success).
     """
+    with _folders_kept_on_success(Path(db_path).parent):
+        return _load_trace_dir(target, db_path, ranks, reuse, progress, executor=executor, shards=shards,
+                               workers=workers, ray_address=ray_address)
+
+
+@contextlib.contextmanager
+def _folders_kept_on_success(folder: Path) -> Iterator[None]:
+    """The folders of `folder`'s path that do not exist yet are removed again, those still
+    empty, when the block fails: a bad trace under `--out new/dir` or `--db new/x.duckdb` left
+    the empty folders behind."""
+    folder = Path(os.path.abspath(folder))
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        for made in missing:  # the deepest first
+            try:
+                made.rmdir()
+            except OSError:  # not empty (or never made): what is above stays too
+                break
+        raise
+
+
+def _load_trace_dir(target: Path, db_path: Path, ranks: set[int] | None, reuse: bool,
+                    progress: Progress | None, *, executor: str, shards: str | None,
+                    workers: int | None, ray_address: str | None) -> LoadResult:
     say = progress or (lambda _msg: None)
     db_path = Path(db_path)
     if db_path.is_dir():
@@ -419,6 +450,12 @@ def load_shards(shards_root: str, db_path: Path, ranks: set[int] | None = None,
     """The reduce alone, over a shard set written by `traceanalyze ingest` (one map per rank,
     e.g. a batch-scheduler array). A shard of another version, or a damaged one, whose trace
     is still reachable is mapped again here; one whose trace is not is left out and reported."""
+    with _folders_kept_on_success(Path(db_path).parent):
+        return _load_shards(shards_root, db_path, ranks, progress)
+
+
+def _load_shards(shards_root: str, db_path: Path, ranks: set[int] | None,
+                 progress: Progress | None) -> LoadResult:
     from traceanalyze.load.executor_registry import run_maps
     from traceanalyze.load.fr_database import dumps_only_db
     from traceanalyze.load.reduce import usable_shards
