@@ -275,11 +275,26 @@ def test_a_trace_with_no_timed_event_is_a_clear_error_to_analyze_and_a_database_
     assert (bad_ts[0][4] if bad_ts else 0) == sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
 
 
-def test_a_rank_with_no_timed_event_beside_a_good_one_is_named(cli, run0, tmp_path):
+def test_a_rank_with_no_timed_event_beside_good_ones_is_left_out_and_reported(cli, run0, tmp_path):
+    # as a rank that cannot be read is (it once failed the whole load: 'the ranks share no step')
     folder = copy_world(run0, tmp_path / "t", ranks={0})
     path = put(folder, "rank1.json", json.dumps({"distributedInfo": {"rank": 1}, "traceEvents": []}).encode())
-    one_line_error(cli("load", folder, "--db", tmp_path / "x.duckdb"), path,
-                   "rank 1 has no event with a time to analyze (an empty trace)")
+    db = tmp_path / "x.duckdb"
+    proc = cli("load", folder, "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert q(db, "SELECT rank FROM ranks") == [(0,)]
+    ((rank, file, severity, message, _),) = issues(db)["rank-untimed"]
+    assert (rank, file, severity) == (1, str(path), "warning") and "no event with a time" in message
+    gate = cli("check", folder)  # a rank lost as a whole fails the gate, as an unreadable one does
+    assert gate.returncode == 1 and "rank 1" in gate.stdout + gate.stderr, gate.stdout + gate.stderr
+
+
+def test_ranks_that_all_lack_a_timed_event_are_one_error_naming_the_first(cli, tmp_path):
+    folder = tmp_path / "t"
+    paths = [put(folder, f"rank{r}.json", json.dumps({"distributedInfo": {"rank": r}, "traceEvents": []}).encode())
+             for r in (0, 1)]
+    one_line_error(cli(folder, "--out", tmp_path / "out"), paths[0],
+                   "no rank has an event with a time to analyze (rank 0: an empty trace; 2 ranks)")
 
 
 @pytest.mark.parametrize("command", ["load", "analyze"])

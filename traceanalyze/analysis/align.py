@@ -59,9 +59,12 @@ def _no_common_step(con: duckdb.DuckDBPyConnection, n_ranks: int) -> None:
     if empty:
         rank, file, skipped = empty[0]
         why = f"every event was skipped: {skipped.strip()}" if skipped else "an empty trace"
-        others = f" (and {len(empty) - 1} more rank(s) like it)" if len(empty) > 1 else ""
-        whom = "the trace" if n_ranks == 1 else f"rank {rank}"
-        raise TraceanalyzeError(f"{whom} has no event with a time to analyze ({why}){others}", file)
+        if n_ranks == 1:
+            raise TraceanalyzeError(f"the trace has no event with a time to analyze ({why})", file)
+        if len(empty) == n_ranks:
+            raise TraceanalyzeError(f"no rank has an event with a time to analyze (rank {rank}: {why}; "
+                                    f"{n_ranks} ranks)", file)
+        raise TraceanalyzeError(f"rank {rank} has no event with a time to analyze ({why})", file)
     (first_file,) = con.execute("SELECT file FROM ranks ORDER BY rank LIMIT 1").fetchone()
     raise TraceanalyzeError(
         "the ranks share no ProfilerStep, so they cannot be compared "

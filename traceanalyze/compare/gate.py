@@ -36,7 +36,8 @@ DEFAULT_FAIL_ON = "error"
 # a counted issue (events skipped) covering this share of the rank's events. A trace file
 # that could not be read at all (a FIFO, a device, a dangling link named like a rank) is heavy.
 HEAVY_LOSS_PCT = 10.0
-WHOLE_FILE_LOST_KINDS = frozenset({"not-a-file", "rank-failed", "shard-unusable", "shard-corrupt"})
+WHOLE_FILE_LOST_KINDS = frozenset({"not-a-file", "rank-failed", "rank-untimed", "shard-unusable",
+                                   "shard-corrupt"})
 DEFAULT_MAX_REGRESSION_PCT = 10.0
 MIN_REGRESSION_MS = 1.0
 MIN_REGRESSION_BYTES = 1 << 20

@@ -333,6 +333,22 @@ def _cache_root(store: ShardStore, db_path: Path) -> str:
 RANK_LEFT_OUT = frozenset({"rank-failed", "shard-corrupt"})
 
 
+def _timed_shards(shards: list) -> tuple[list, list]:
+    """(the shards kept, those left out): a rank without a step (its trace had no event with a
+    time: empty, or every event skipped) is left out beside ranks with steps, as a rank that
+    cannot be read is; when no rank has a step all stay (the database to query says why)."""
+    untimed = [s for s in shards if s.manifest["rows"].get("steps", 1) == 0]
+    if not untimed or len(untimed) == len(shards):
+        return shards, []
+    return [s for s in shards if s not in untimed], untimed
+
+
+def _untimed_issue(shard) -> tuple:
+    return (shard.rank, (shard.manifest.get("source") or {}).get("file"), "rank-untimed", "warning",
+            "this rank's trace has no event with a time (an empty trace, or every event skipped): "
+            "it is left out of the analysis", None)
+
+
 def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list[tuple], say: Progress,
                  meta: dict[str, str], verified: frozenset[int] = frozenset(),
                  dumps: list[DumpFile] = ()) -> LoadResult:
@@ -355,6 +371,8 @@ def reduce_to_db(store: ShardStore, ranks: list[int], db_path: Path, notes: list
                       f"the shard of rank {rank} is missing, incomplete or from another traceanalyze version: "
                       "left out (ingest the rank again)", None) for rank in stale]
     notes += [_corrupt_issue(p) for p in damaged]
+    shards, untimed = _timed_shards(shards)
+    notes += [_untimed_issue(s) for s in untimed]
     if not shards:
         if damaged:
             raise TraceanalyzeError(f"no usable shard ({len(damaged)} damaged, {len(stale)} missing or stale); "
