@@ -672,6 +672,17 @@ def test_two_files_claiming_one_rank(cli, recorded_runs, tmp_path):
     assert a[1].name in line and "copy_of_rank_one.json.gz" in line
 
 
+def test_a_folder_of_several_runs_is_named_as_such(cli, recorded_runs, tmp_path):
+    a, b = recorded_runs
+    for name, run in (("run_a", a), ("run_b", b), ("run_c", a)):
+        copy_world(run, tmp_path / "runs" / name)
+    proc = cli("load", tmp_path / "runs", "--db", tmp_path / "x.duckdb")
+    first = sorted([*tmp_path.glob("runs/*/" + a[0].name), *tmp_path.glob("runs/*/" + b[0].name)])
+    line = one_line_error(proc, first[0], "3 trace files claim rank 0", "and 1 more",
+                          "(in 3 folders: give the folder of one run)")
+    assert len(line) < 600  # two files named, not every one
+
+
 @pytest.mark.parametrize("name, info, outcome", [
     ("a.json", {"rank": 99_999_999_999, "world_size": 4}, "cannot tell which rank"),
     ("rank99999999999.json", {}, "not a plausible rank"),

@@ -280,6 +280,16 @@ def _worker_name(tf: TraceFile) -> str:
     return str(tf.path.parent / (m.group("worker") if m else tf.path.name))
 
 
+def _claimed_twice(rank: int, group: list[TraceFile]) -> str:
+    """The error for files of several workers claiming one rank: the first two named, and a
+    hint when they lie in different folders (a folder of several runs given)."""
+    names = ", ".join(str(tf.path) for tf in group[:2]) + (f" and {len(group) - 2} more" if len(group) > 2 else "")
+    folders = {tf.path.parent for tf in group}
+    hint = f" (in {len(folders)} folders: give the folder of one run)" if len(folders) > 1 else ""
+    count = "two" if len(group) == 2 else str(len(group))
+    return f"{count} trace files claim rank {rank}: {names}{hint}"
+
+
 def pick_windows(files: list[TraceFile]) -> Discovery:
     """One file per rank. Several windows of one worker: keep the last one and say so.
 
@@ -292,8 +302,7 @@ def pick_windows(files: list[TraceFile]) -> Discovery:
     chosen, notes = [], []
     for rank, group in sorted(by_rank.items()):
         if len(group) > 1 and len({_worker_name(tf) for tf in group}) > 1:
-            names = ", ".join(str(tf.path) for tf in group)
-            raise TraceanalyzeError(f"two trace files claim rank {rank}: {names}", str(group[0].path))
+            raise TraceanalyzeError(_claimed_twice(rank, group), str(group[0].path))
         group.sort(key=_window_key)
         chosen.append(group[-1])
         for skipped in group[:-1]:
