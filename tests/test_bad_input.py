@@ -285,7 +285,7 @@ def test_a_rank_with_no_timed_event_beside_good_ones_is_left_out_and_reported(cl
     assert q(db, "SELECT rank FROM ranks") == [(0,)]
     ((rank, file, severity, message, _),) = issues(db)["rank-untimed"]
     assert (rank, file, severity) == (1, str(path), "warning") and "no event with a time" in message
-    gate = cli("check", folder)  # a rank lost as a whole fails the gate, as an unreadable one does
+    gate = cli("check", folder, "--out", tmp_path / "report")  # a rank lost as a whole fails the gate
     assert gate.returncode == 1 and "rank 1" in gate.stdout + gate.stderr, gate.stdout + gate.stderr
 
 

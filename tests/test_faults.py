@@ -141,3 +141,41 @@ def test_a_signal_as_a_work_folder_is_made_leaves_no_folder(tmp_path):
     assert run.stderr.startswith("interrupted (SIGTERM)") and "Traceback" not in run.stderr
     assert list(work.iterdir()) == []  # neither the work folder nor tempfile's probe file
     assert not (tmp_path / "after").exists()
+
+
+def test_a_pool_worker_mapping_is_stopped_by_a_signal_handled_inside_a_callback(tmp_path):
+    # a worker's SIGTERM (sent by the worker itself once the command is gone) stops its map; one
+    # dropped in a callback let the map run on
+    child = textwrap.dedent("""
+        import os, signal, sys, tempfile, weakref
+        from traceanalyze.load import executors
+
+        executors._worker_start(os.getppid(), tempfile.gettempdir())
+        executors._mapping = True  # (as _map_in_worker sets it)
+
+        class Thing:
+            pass
+
+        def work():
+            thing = Thing()
+
+            def callback(_ref):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs here, inside the callback
+                    pass
+
+            ref = weakref.ref(thing, callback)
+            del thing
+            with open(sys.argv[1], "w") as out:  # the rest of the map: must not happen
+                out.write("written")
+
+        try:
+            work()
+        except KeyboardInterrupt:
+            sys.exit(7)
+    """)
+    out = tmp_path / "after"
+    run = subprocess.run([sys.executable, "-c", child, str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 7, run.stderr
+    assert "Exception ignored" not in run.stderr
+    assert not out.exists()

@@ -340,7 +340,9 @@ def scaling(runs: Sequence[Analysis | PathLike], batch_size: float | None = None
             elif db_for is not None:
                 stats.append(measure_trace_dir(Path(run), db_for(Path(run)), say))
             else:
-                with tempfile.TemporaryDirectory(prefix="traceanalyze-") as scratch:
+                with interrupts_held():  # (made and its removal registered at once)
+                    temporary = tempfile.TemporaryDirectory(prefix="traceanalyze-")
+                with temporary as scratch:
                     stats.append(measure_trace_dir(Path(run), Path(scratch) / "trace.duckdb", say))
     finally:
         done()

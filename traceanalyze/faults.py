@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import click
 
+import traceanalyze.interrupts as interrupts
 from traceanalyze.lazy_import import duckdb, loaded
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
@@ -42,62 +43,12 @@ def system_duckdb_errors() -> tuple[type[BaseException], ...]:
             duckdb.PermissionException)
 
 received: int | None = None  # the last signal that interrupted this process
-_settled = False  # run has the command's outcome: an interrupt is no longer raised
-
-
-class Interrupted(KeyboardInterrupt):
-    """What the signal handler raises: a KeyboardInterrupt that names its signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__()
-        self.signum = signum
 
 
 def _interrupt(signum, frame) -> None:
     global received
     received = signum
-    if _in_unraisable_hook(frame):  # what it raised here would be dropped too
-        _trip_again(signum)
-        return
-    raise Interrupted(signum)
-
-
-def _redeliver_lost_interrupt(unraisable) -> None:
-    """Python drops an exception raised where no caller can take it (a weakref callback such as
-    importlib's module-lock one, a __del__, a GC callback) and prints 'Exception ignored'. A
-    signal whose handler ran there would be lost: the command would run on to exit 0 and keep
-    what it wrote. The signal is tripped again instead, once the main thread has left this hook;
-    its handler then runs at the next bytecode, where the interrupt can be taken (or lands here
-    once more)."""
-    if isinstance(unraisable.exc_value, Interrupted):
-        _trip_again(unraisable.exc_value.signum)
-        return
-    sys.__unraisablehook__(unraisable)
-
-
-def _in_unraisable_hook(frame) -> bool:
-    while frame is not None:
-        if frame.f_code is _redeliver_lost_interrupt.__code__:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _trip_again(signum: int) -> None:
-    """Raise the interrupt at the main thread's next call or return outside the hook (a handler
-    that ran in the hook could not raise there): a one-shot profile function, the one before put
-    back as it fires. Synchronous, so the command does no more work first, and one raise per
-    lost interrupt (a second would interrupt the cleanup)."""
-    previous = sys.getprofile()
-
-    def fire(frame, event, arg) -> None:
-        if _in_unraisable_hook(frame):
-            return
-        sys.setprofile(previous)
-        if not _settled:  # (once run has its exit code, `received` says it)
-            raise Interrupted(signum)
-
-    sys.setprofile(fire)
+    interrupts.raise_interrupt(signum, frame)
 
 
 def _find_tempdir_unsignalled() -> None:
@@ -117,7 +68,7 @@ def install_signal_handlers() -> None:
     """SIGINT and SIGTERM both interrupt the main thread (see the module docstring)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
-    sys.unraisablehook = _redeliver_lost_interrupt
+    interrupts.keep_dropped_interrupts()
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -194,18 +145,17 @@ def _quiet_stdout() -> None:
 
 def run(main) -> None:
     """Call `main()` (a click command in non-standalone mode) and exit with the right code."""
-    global _settled
     install_signal_handlers()
     _find_tempdir_unsignalled()
     try:
         code = main()
     except BaseException as exc:  # noqa: BLE001 - _exit_code re-raises what is not ours
-        _settled = True
+        interrupts.settled = True  # (an assignment, not a call: a pending re-raise fires at a call)
         code = _exit_code(exc)
-    _settled = True
+    interrupts.settled = True
     if received is not None and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         # a signal whose interrupt something swallowed after all: its exit code, not success
-        code = _exit_code(Interrupted(received))
+        code = _exit_code(interrupts.Interrupted(received))
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
 
-from traceanalyze.interrupts import interrupts_held
+from traceanalyze.interrupts import interrupts_held, keep_dropped_interrupts, raise_interrupt
 from traceanalyze.load.discover import TraceFile, trace_bytes
 from traceanalyze.load.map import worker_threads
 from traceanalyze.load.map_outcome import MapOutcome, trace_name
@@ -84,6 +84,7 @@ def _worker_start(owner_pid: int, temp_dir: str) -> None:
     statement in DuckDB or the native reader returns to Python), and end an idle worker at
     once."""
     tempfile.tempdir = temp_dir
+    keep_dropped_interrupts()  # (one raised in a callback while mapping: traceanalyze/interrupts.py)
     signal.signal(signal.SIGTERM, _worker_terminated)
     signal.signal(signal.SIGINT, _worker_terminated)
     threading.Thread(target=_watch_owner, args=(owner_pid,), name="traceanalyze-owner", daemon=True).start()
@@ -109,9 +110,10 @@ _mapping = False  # (in a worker) a map is running
 _owner_gone = False  # (in a worker) the command that started it has ended
 
 
-def _worker_terminated(signum, _frame) -> None:
+def _worker_terminated(signum, frame) -> None:
     if _mapping:
-        raise KeyboardInterrupt
+        raise_interrupt(signum, frame)
+        return
     os._exit(128 + signum)
 
 
