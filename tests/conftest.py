@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,44 @@ def _left_behind() -> list[int]:
     found = set(carrying_owner_token()) | set(descendants(me))
     machinery = {pid for pid in children(me) if any(m in " ".join(cmdline(pid)) for m in POOL_MACHINERY)}
     return sorted(found - machinery)
+
+
+def _checkout_status() -> set[str] | None:
+    """`git status` lines of the checkout (untracked files one by one), None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # (the controller, once: xdist's workers share it)
+        session.config.stash[CHECKOUT_BEFORE] = _checkout_status()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the run when the tests left a file in the checkout or changed one (a test's report
+    once went to reports/<name>/ there): tests write under their tmp_path only."""
+    if hasattr(session.config, "workerinput"):
+        return
+    before, after = session.config.stash.get(CHECKOUT_BEFORE, None), _checkout_status()
+    if before is None or after is None:
+        return
+    new = sorted(after - before)
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "the tests left these in the checkout (git status): " + ", ".join(new[:20])
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(message, red=True)
+        else:
+            print(message, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+CHECKOUT_BEFORE = pytest.StashKey[set | None]()
 
 
 @pytest.fixture(autouse=True, scope="session")
