@@ -21,7 +21,7 @@ import signal
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import click
 
@@ -54,19 +54,14 @@ def _interrupt(signum, frame) -> None:
 def _find_tempdir_unsignalled() -> None:
     """tempfile finds its folder once, on first use, by writing a probe file there and removing
     it; a signal between the two leaves the file in $TMPDIR. It is found now, SIGINT and
-    SIGTERM held meanwhile (delivered right after). An unusable folder is said where it is used."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+    SIGTERM held meanwhile (raised right after). An unusable folder is said where it is used."""
+    with interrupts.interrupts_held(), suppress(OSError):
         tempfile.gettempdir()
-    except OSError:
-        pass
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM both interrupt the main thread (see the module docstring)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in interrupts.INTERRUPTS:
         signal.signal(sig, _interrupt)
     interrupts.keep_dropped_interrupts()
 
@@ -145,9 +140,9 @@ def _quiet_stdout() -> None:
 
 def run(main) -> None:
     """Call `main()` (a click command in non-standalone mode) and exit with the right code."""
-    install_signal_handlers()
-    _find_tempdir_unsignalled()
-    try:
+    try:  # (a signal that comes as the handlers are set up is answered like any other)
+        install_signal_handlers()
+        _find_tempdir_unsignalled()
         code = main()
     except BaseException as exc:  # noqa: BLE001 - _exit_code re-raises what is not ours
         interrupts.settled = True  # (an assignment, not a call: a pending re-raise fires at a call)

@@ -337,10 +337,10 @@ def _timed_shards(shards: list) -> tuple[list, list]:
     """(the shards kept, those left out): a rank without a step (its trace had no event with a
     time: empty, or every event skipped) is left out beside ranks with steps, as a rank that
     cannot be read is; when no rank has a step all stay (the database to query says why)."""
-    untimed = [s for s in shards if s.manifest["rows"].get("steps", 1) == 0]
-    if not untimed or len(untimed) == len(shards):
+    timed = [s for s in shards if s.manifest["rows"].get("steps", 1) != 0]
+    if not timed or len(timed) == len(shards):
         return shards, []
-    return [s for s in shards if s not in untimed], untimed
+    return timed, [s for s in shards if s.manifest["rows"].get("steps", 1) == 0]
 
 
 def _untimed_issue(shard) -> tuple:
