@@ -684,7 +684,8 @@ def test_a_folder_of_several_runs_is_named_as_such(cli, recorded_runs, tmp_path)
 
 
 @pytest.mark.parametrize("name, info, outcome", [
-    ("a.json", {"rank": 99_999_999_999, "world_size": 4}, "cannot tell which rank"),
+    ("a.json", {"rank": 99_999_999_999, "world_size": 4}, "distributedInfo.rank (99999999999) is not a rank number"),
+    ("a.json", {"world_size": 4}, "it has no distributedInfo.rank"),
     ("rank99999999999.json", {}, "not a plausible rank"),
     ("a.json", {"rank": 5, "world_size": 4}, "rank 5 in a world of 4"),
     ("rank1.json", {"rank": "0", "world_size": 4}, 1),          # a string rank: the name decides
@@ -701,6 +702,13 @@ def test_hostile_distributed_info(cli, tmp_path, name, info, outcome):
     else:
         assert proc.returncode == 0, proc.stderr
         assert q(tmp_path / "x.duckdb", "SELECT rank FROM ranks") == [(outcome,)]
+        # the note says what the trace held in place of a rank (the JSON's own text)
+        notes = q(tmp_path / "x.duckdb", "SELECT message FROM load_issues WHERE kind = 'rank-from-name'")
+        if info["rank"] != outcome:
+            assert notes == [(f"distributedInfo.rank {json.dumps(info['rank'])} is not a rank number; "
+                              f"rank {outcome} taken from the file name",)]
+        else:
+            assert notes == []
 
 
 def test_rank_from_the_file_name_when_distributed_info_is_missing(run0, tmp_path):

@@ -45,6 +45,7 @@ class TraceFile:
     mtime_ns: int
     url: str | None = None  # the fsspec URL of an object-storage trace (path is then its key)
     etag: str | None = None  # the object's ETag (object storage), else None
+    unusable_rank: str | None = None  # distributedInfo.rank as the JSON wrote it, when it is no rank number
 
 
 def trace_bytes(tf: TraceFile) -> int:
@@ -234,6 +235,12 @@ def _count(value, lowest: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_RANKS
 
 
+def _shown(value) -> str:
+    """A JSON value as the trace wrote it, cut to 40 characters (for a message)."""
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def identify(path: Path, only_file: bool = False, remote: dict | None = None) -> TraceFile:
     """Tell the rank of one file: distributedInfo.rank, else the file name, else an error.
 
@@ -243,6 +250,7 @@ def identify(path: Path, only_file: bool = False, remote: dict | None = None) ->
     found = read_distributed_info(path, remote and remote["head"])
     info = found or {}
     rank, source = info.get("rank"), "distributedInfo"
+    unusable = None if "rank" not in info or _count(rank, 0) else _shown(info["rank"])
     if not _count(rank, 0):
         m = RANK_IN_NAME.search(path.name)
         if m:
@@ -250,8 +258,10 @@ def identify(path: Path, only_file: bool = False, remote: dict | None = None) ->
         elif only_file and found is None:
             rank, source = 0, "single process"
         else:
+            said = (f"its distributedInfo.rank ({unusable}) is not a rank number" if unusable
+                    else "it has no distributedInfo.rank")
             raise TraceanalyzeError(
-                "cannot tell which rank this trace is: it has no distributedInfo.rank and its "
+                f"cannot tell which rank this trace is: {said} and its "
                 "name has no rank number (rename it like rank0.json)", str(path))
     if not _count(rank, 0):
         raise TraceanalyzeError(f"rank {rank} (from the {source}) is not a plausible rank number", str(path))
@@ -261,12 +271,13 @@ def identify(path: Path, only_file: bool = False, remote: dict | None = None) ->
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     if remote:  # an object in a bucket (remote.py): path is its key, url and etag say where
         return TraceFile(path=path, rank=rank, rank_source=source, world_size=world, backend=backend,
-                         size_bytes=remote["size"], mtime_ns=0, url=remote["url"], etag=remote["etag"])
+                         size_bytes=remote["size"], mtime_ns=0, url=remote["url"], etag=remote["etag"],
+                         unusable_rank=unusable)
     stat = path.stat()
     return TraceFile(
         path=path, rank=rank, rank_source=source,
         world_size=world, backend=backend,
-        size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
+        size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns, unusable_rank=unusable,
     )
 
 

@@ -263,8 +263,9 @@ def _issue_rows(tf: TraceFile, read: RankRead) -> list[tuple]:
     rows.extend((tf.rank, file, kind, "info" if kind in INFO_KINDS else "warning", message, count)
                 for kind, message, count in [*read.notes, *read.event_issues])
     if tf.rank_source == "file name":
-        rows.append((tf.rank, file, "rank-from-name", "info",
-                     f"no distributedInfo.rank in the trace; rank {tf.rank} taken from the file name", None))
+        said = (f"distributedInfo.rank {tf.unusable_rank} is not a rank number" if tf.unusable_rank
+                else "no distributedInfo.rank in the trace")
+        rows.append((tf.rank, file, "rank-from-name", "info", f"{said}; rank {tf.rank} taken from the file name", None))
     elif tf.rank_source == "single process":
         rows.append((tf.rank, file, "single-process", "info",
                      "no distributedInfo: a single-process run, analyzed as rank 0", None))
