@@ -63,6 +63,10 @@ def test_matrix_is_large_and_covers_every_axis():
             ws = e["world_size"]
             culprits[ws].add("first" if r == 0 else "last" if r == ws - 1 else "middle")
     assert culprits[4] == {"first", "middle", "last"}
+    # worlds that are not a power of two, in every kind of layout (nothing may assume 2, 4, 8)
+    odd = {EXPECTED[c]["knobs"]["kind"] for c in CELLS if EXPECTED[c]["world_size"] in (3, 6)}
+    assert odd == {"plain", "pipe", "ep"}
+    assert culprits[3] >= {"middle", "last"} and culprits[6] >= {"middle", "last"}
 
 
 # ------------------------------------------------------------------------------------------------
