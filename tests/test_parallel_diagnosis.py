@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 
 PARALLEL = ROOT / "fixtures" / "parallel"
 SCENARIOS = sorted(p.name for p in PARALLEL.iterdir() if (p / "expected.json").exists())
-MESH_NAMES = {"pp": "pipeline", "dp": "data", "tp": "tensor", "ep": "expert"}
+MESH_NAMES = {"pp": "pipeline", "dp": "data", "tp": "tensor", "ep": "expert", "replicate": "data", "shard": "fsdp"}
 ABBREV = {"pipeline": "PP", "data": "DP", "fsdp": "FSDP", "tensor": "TP", "expert": "EP"}
 ORDER = ("pipeline", "data", "fsdp", "expert", "tensor")
 
@@ -41,9 +41,10 @@ def _reduce_scatters(scenario: str) -> bool:
 
 
 def _dimension(scenario: str, mesh_name: str) -> str:
-    """The dimension a mesh dim carries: dp reduce-scattering gradients (FSDP2) is fsdp."""
+    """The dimension a mesh dim carries: dp reduce-scattering gradients (FSDP2) is fsdp (HSDP
+    names its dims: 'replicate' all-reduces, 'shard' reduce-scatters)."""
     name = MESH_NAMES[mesh_name]
-    if name == "data" and _reduce_scatters(scenario):
+    if mesh_name == "dp" and _reduce_scatters(scenario):
         return "fsdp"
     return name
 
@@ -130,6 +131,31 @@ def test_the_tp_straggler_is_named_alone_with_its_tensor_group(scenario, analyse
     partner = [r for r in groups["tp"] if r != injected["rank"]]
     waits = {w["dimension"]: w["waiting_ranks"] for w in f["evidence"]["waiting_by_group"]}
     assert waits["tensor"] == partner
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "replicate" in _expected(s)["layout"]["mesh"]])
+def test_hsdp_all_reduces_are_in_the_replicate_group(scenario, analysed):
+    """HSDP all-reduces gradients across the replicas only: each c10d::allreduce_ of a rank is in
+    its replicate group, however close in time another group's all_reduce ends (in this
+    recording ranks 2 and 3's replicate and shard all_reduces end within 0.4 ms: the counts
+    decide), and the input straggler keeps every other rank waiting, not only its shard peer."""
+    expected = _expected(scenario)
+    events, (summary, rows) = _events(scenario), analysed(scenario)
+    steps = set(expected["params"]["profiler"]["recorded_steps"])
+    for rank, evs in events.items():
+        spans = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e.get("name") in steps and e.get("ph") == "X"]
+        want = sum(1 for e in evs if e.get("name") == "c10d::allreduce_" and e.get("ph") == "X"
+                   and any(a <= e["ts"] < b for a, b in spans))
+        replicate = expected["layout"]["ranks"][str(rank)]["groups"]["replicate"]
+        got = {}
+        for r, kind, op, group_ranks, *_ in rows:
+            if r == rank and op == "all_reduce":
+                got[tuple(group_ranks)] = got.get(tuple(group_ranks), 0) + 1
+        assert want > 0 and got == {tuple(replicate): want}, (rank, got, want)
+    late = expected["injected"]["rank"]
+    (f,) = [f for f in summary["findings"] if f["rule"] == "collective-straggler"]
+    assert f["ranks"] == [late]
+    assert f["evidence"]["waiting_ranks"] == [r for r in sorted(events) if r != late]
 
 
 def test_pipeline_bubble_shows_as_pipeline_wait(analysed):

@@ -92,7 +92,7 @@ def expected_pg_desc(exp: dict, rank: int, dim: str) -> str:
 def test_every_scenario_is_recorded():
     assert set(SCENARIOS) == {"dp2_tp2_tp_straggler", "dp2_tp2_balanced", "pp2_dp2_unbalanced",
                               "pp2_bubble", "fsdp2_annotated_input_straggler", "ep_all_to_all",
-                              "pp2_dp2_tp2_3d"}
+                              "pp2_dp2_tp2_3d", "hsdp3x2_input_straggler"}
     for s in SCENARIOS:
         exp = expected_of(s)
         assert sorted(traces(s)) == list(range(exp["world_size"])), s

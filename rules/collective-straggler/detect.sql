@@ -171,6 +171,10 @@ SELECT
     coalesce(b.waits, []) AS waiting_by_group,
     coalesce(wc.waiting_ranks, []) AS waiting_ranks,
     coalesce(rank_ranges(wc.waiting_ranks), p.others) AS waiting_text,
+    -- 'ranks 0-3,5 wait' / 'rank 5 waits': the message's subject and verb
+    CASE WHEN regexp_matches(coalesce(rank_ranges(wc.waiting_ranks), p.others), '[-,]')
+         THEN 'ranks ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' wait'
+         ELSE 'rank ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' waits' END AS waiting_clause,
     st.stage,
     st.stages,
     st.pipeline_ranks,
