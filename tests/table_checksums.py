@@ -31,7 +31,9 @@ reference's checksums, and the file was then written again by the same command.
 SCHEMA_VERSION 18 added `kernels.launch_end_ns` (the critical path's gathering joined the runtime
 table for it): every table of every folder, kernels hashed without that column and
 critical_path included, gave the previous reference's checksums, and the file was then written
-again by the same command.
+again by the same command. fixtures/parallel/hsdp3x2_input_straggler joined the corpus with the
+groups' balance by squared deviations (every other folder's checksums unchanged by it): its entry
+alone was added, from `load_checksums` of that folder.
 """
 
 from __future__ import annotations
