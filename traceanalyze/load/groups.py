@@ -119,9 +119,9 @@ def _balance_counts(con, decided: dict[tuple[int, str], str], fitting: dict[tupl
     for _ in range(2 * len(decided)):
         best = None
         # (a move between two groups whose counts agree cannot make the counts agree better)
-        uneven = {name for name in {*decided.values(), *(g for f in fitting.values() for g in f)} if disagreement(name)}
-        for unit in sorted(u for u, name in decided.items()
-                           if name in uneven or any(g in uneven for g in fitting.get(u, []))):
+        # (a unit's group is one of those that fit it: the best by time, or one it was moved to)
+        uneven = {name for name in {n for names in fitting.values() for n in names} if disagreement(name)}
+        for unit in sorted(decided):
             rank, now = unit[0], decided[unit]
             for other in fitting.get(unit, []):
                 if other == now or (now not in uneven and other not in uneven):
