@@ -142,6 +142,10 @@ def _problems(cell: dict, summary: dict) -> list[str]:
     ev = f["evidence"]
     if want["culprit_ranks"] and f["ranks"] != want["culprit_ranks"]:
         problems.append(f"{f['rule']} names ranks {f['ranks']}, want {want['culprit_ranks']}")
+    if f["rule"] == "pipeline-stage-imbalance":   # the stage's ranks in words: "(rank 3)", "(ranks 2,3)"
+        words = f"(rank {f['ranks'][0]})" if len(f["ranks"]) == 1 else f"(ranks {_runs(f['ranks'])})"
+        if words not in f["title"]:
+            problems.append(f"title {f['title']!r} does not name the stage's ranks as {words!r}")
     # rules whose finding is itself the cause: dataloader-stall is input (its evidence.cause says which
     # DataLoader setting), expert-imbalance a hot expert computing more tokens (its evidence.cause: routing)
     cause = CAUSE_OF_RULE.get(want["rule"], ev.get("cause"))
@@ -159,6 +163,17 @@ def _problems(cell: dict, summary: dict) -> list[str]:
         if stage != want["stage"]:
             problems.append(f"stage {stage}, want {want['stage']}")
     return problems
+
+
+def _runs(ranks: list[int]) -> str:
+    """Sorted ranks as runs: [0, 1, 2, 3, 5] -> '0-3,5', [4, 5] -> '4,5'."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs)
 
 
 # Cells the analysis does not get right yet, each with what goes wrong (strict: a cell that starts

@@ -46,6 +46,7 @@ SELECT
     NULL::DOUBLE AS pct_of_step,
     device_kind,
     rank_ranges(list(rank)) AS ranks_text,
+    rank_phrase(list(rank)) AS ranks_phrase,
     median(slope_bytes)::BIGINT AS growth_per_step_bytes,
     round(median(slope_bytes) / 1048576.0, 1) AS growth_per_step_mib,
     max(last_bytes - first_bytes) AS growth_bytes,

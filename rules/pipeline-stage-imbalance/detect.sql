@@ -82,6 +82,7 @@ SELECT
     f.compute_ns / 1e6 AS fast_stage_compute_ms,
     s.compute_ns / nullif(f.compute_ns, 0) AS compute_ratio,
     rank_ranges(s.ranks) AS slow_ranks_text,
+    rank_phrase(s.ranks) AS slow_ranks_phrase,
     e.per_stage,
     e.step_ns / 1e6 AS median_step_ms
 FROM picked AS e JOIN per_stage AS s ON s.stage = e.slow_stage JOIN per_stage AS f ON f.stage = e.fast_stage

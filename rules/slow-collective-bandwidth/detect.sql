@@ -76,6 +76,7 @@ SELECT
     f.reference_pct,
     f.reference_text,
     rank_ranges(f.ranks) AS ranks_text,
+    rank_phrase(f.ranks) AS ranks_phrase,
     coalesce(nullif(array_to_string(f.hosts, ', '), ''), 'unknown hosts') AS hosts_text
 FROM findings AS f CROSS JOIN step_time AS t
 ORDER BY ms_per_step DESC, f.process_group, f.cause;

@@ -60,6 +60,12 @@ CREATE OR REPLACE MACRO rank_ranges(ranks) AS (
           GROUP BY run)
 );
 
+-- ranks as a message names them: 'rank 3' for one, 'ranks 0-3,5' for more (rank_ranges' runs)
+CREATE OR REPLACE MACRO rank_phrase(ranks) AS (
+    CASE WHEN len(list_distinct(ranks)) = 1 THEN 'rank ' ELSE 'ranks ' END
+    || rank_ranges(ranks)
+);
+
 -- a process group's description as the user should read it: NULL for none, for '' and for 'undefined'
 -- (what torch writes for a group created without a description)
 CREATE OR REPLACE MACRO group_desc(desc_text) AS (
