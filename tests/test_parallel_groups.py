@@ -17,10 +17,12 @@ from tests.conftest import FIXTURES, REAL_TRACES
 from tests.tracegen import write_trace_dir
 from traceanalyze import analyze
 from traceanalyze.load import load_trace_dir
+from traceanalyze.load.pipelines import infer_pipelines
 
 GROUPS_DP2_TP2 = [{"name": "0", "desc": "default_pg", "ranks": [0, 1, 2, 3]},
                   {"name": "1", "desc": "mesh_tp", "ranks": [0, 1]}, {"name": "2", "desc": "mesh_tp", "ranks": [2, 3]},
                   {"name": "3", "desc": "mesh_dp", "ranks": [0, 2]}, {"name": "4", "desc": "mesh_dp", "ranks": [1, 3]}]
+ROOT_FIXTURES = FIXTURES.parent
 TP_TID, DP_TID = 300, 400
 TP_BYTES, DP_BYTES = 8192, 4096
 
@@ -277,3 +279,44 @@ def test_collectives_with_seq_are_matched_by_it_not_by_order(tmp_path):
                          ORDER BY step, rank""")
     # Seq 4: rank 0 arrives at 30 ms, rank 1 at 25 ms; the lower median is 25 ms
     assert rows == [(s, r, 4, at * 1_000_000, late * 1_000_000) for s in (2, 3) for r, at, late in ((0, 30, 5), (1, 25, 0))]
+
+
+def _pipeline_recordings() -> list[Path]:
+    """Recorded jobs with a pipeline whose sends name their peers (record_shapes on): the matrix
+    cells (fixtures/parallel_matrix/expected.json) and the pipeline scenarios of fixtures/parallel."""
+    matrix = ROOT_FIXTURES / "parallel_matrix"
+    cells = json.loads((matrix / "expected.json").read_text())["cells"]
+    out = [matrix / c["dir"] for _, c in sorted(cells.items()) if c["pipelines"] and c["knobs"]["record_shapes"]]
+    for folder in sorted((ROOT_FIXTURES / "parallel").iterdir()):
+        expected = json.loads((folder / "expected.json").read_text())
+        if expected["layout"]["mesh"].get("pp", 1) >= 2:
+            out.append(folder)
+    return out
+
+
+def _pipelines_of(con) -> list[tuple[int, ...]]:
+    infer_pipelines(con)
+    return sorted(tuple(r) for (r,) in con.execute("SELECT DISTINCT pipeline_ranks FROM _pipeline_order").fetchall())
+
+
+@pytest.mark.parametrize("folder", _pipeline_recordings(), ids=lambda p: p.name)
+def test_pipelines_matched_by_time_are_those_the_peers_name(folder, tmp_path):
+    """The same recording with its peers hidden (a trace recorded without record_shapes names
+    none): the recvs matched to sends by time give the pipelines the named peers give."""
+    db = tmp_path / "trace.duckdb"
+    load_trace_dir(folder, db)
+    con = duckdb.connect()
+    try:
+        con.execute("ATTACH ? AS recorded (READ_ONLY)", [str(db)])
+        con.execute("CREATE TABLE steps AS SELECT * FROM recorded.steps")
+        con.execute("CREATE TABLE collectives AS SELECT * FROM recorded.collectives")
+        con.execute("DETACH recorded")
+        (named,) = con.execute("SELECT count(*) FROM collectives WHERE kind = 'p2p' AND op = 'send' "
+                               "AND peer IS NOT NULL").fetchone()
+        assert named > 0   # (the recording names them: the truth to compare with)
+        by_peers = _pipelines_of(con)
+        assert by_peers and all(len(p) >= 2 for p in by_peers)
+        con.execute("UPDATE collectives SET peer = NULL, peer_group_rank = NULL")
+        assert _pipelines_of(con) == by_peers
+    finally:
+        con.close()

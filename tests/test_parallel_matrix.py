@@ -158,6 +158,10 @@ def _problems(cell: dict, summary: dict) -> list[str]:
             problems.append(f"group {group.get('dimension')} {group.get('ranks')}, want {want['group']}")
     if want["rule"] == "collective-straggler" and ev.get("waiting_ranks") != want["waiting_ranks"]:
         problems.append(f"waiting ranks {ev.get('waiting_ranks')}, want {want['waiting_ranks']}")
+    if want["rule"] == "collective-straggler":   # a second straggler is named as late too, and only then
+        also, got = want.get("also_late"), ev.get("also_late")
+        if (also or {}).get("rank") != (got or {}).get("rank") or (also and got["cause"] != also["cause"]):
+            problems.append(f"also late {got}, want {also}")
     if want["stage"] is not None:
         stage = ev.get("slow_stage", ev.get("stage"))
         if stage != want["stage"]:

@@ -14,7 +14,7 @@ ranked AS (    -- by own lateness: a rank late because it waited at another grou
     FROM step_lateness AS l JOIN aligned_steps AS a USING (step)
     LEFT JOIN idle AS i USING (rank, step)
 ),
-flagged AS (   -- the latest rank of a step (of its own making), when it is late enough; the cause is what it did extra first
+caused AS (    -- each rank's cause of its lateness in a step: what it did extra first
     SELECT *,             -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
         CASE
             WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
@@ -26,8 +26,27 @@ flagged AS (   -- the latest rank of a step (of its own making), when it is late
             ELSE 'unknown'
         END AS step_cause
     FROM ranked
+    WHERE place <= 2
+),
+flagged AS (   -- the latest rank of a step (of its own making), when it is late enough
+    SELECT * FROM caused
     WHERE place = 1 AND own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
       AND own_late_ns - coalesce(next_own_late_ns, 0) >= $min_late_ms * 1e6
+),
+seconds AS (   -- in a late step, the next latest rank when it too is late of its own making, by the same margins
+    SELECT f.rank AS culprit, c.rank, c.step, c.own_late_ns, c.step_cause
+    FROM flagged AS f JOIN caused AS c ON c.step = f.step AND c.place = 2
+    WHERE c.own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * c.median_dur_ns)
+      AND c.own_late_ns - coalesce(c.next_own_late_ns, 0) >= $min_late_ms * 1e6
+),
+also_late AS ( -- a second straggler: the same rank late second in min_late_steps_pct of the culprit's late steps
+    SELECT culprit, arg_max({'rank': rank, 'late_ns': late_ns, 'cause': cause, 'steps': n}, (n, late_ns, -rank)) AS also
+    FROM (SELECT s.culprit, s.rank, count(*) AS n, median(s.own_late_ns) AS late_ns,
+                 stable_mode(list(s.step_cause ORDER BY s.step)) AS cause, any_value(c.n_late) AS n_late
+          FROM seconds AS s JOIN (SELECT rank, count(*) AS n_late FROM flagged GROUP BY rank) AS c ON c.rank = s.culprit
+          GROUP BY s.culprit, s.rank)
+    WHERE n >= $min_late_steps_pct / 100.0 * n_late
+    GROUP BY culprit
 ),
 waits AS (     -- the other ranks' wait for the late rank, inside the same collective
     SELECT f.rank, f.step, median(a.wait_for_last_ns) AS others_wait_ns,
@@ -175,6 +194,12 @@ SELECT
     CASE WHEN regexp_matches(coalesce(rank_ranges(wc.waiting_ranks), p.others), '[-,]')
          THEN 'ranks ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' wait'
          ELSE 'rank ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' waits' END AS waiting_clause,
+    CASE WHEN al.culprit IS NOT NULL THEN {'rank': al.also.rank, 'late_ms': round(al.also.late_ns / 1e6, 3),
+                                           'cause': al.also.cause, 'late_steps': al.also.steps} END AS also_late,
+    CASE WHEN al.culprit IS NOT NULL
+         THEN '; rank ' || al.also.rank || ' is late too, by ' || printf('%.0f', al.also.late_ns / 1e6) || ' ms on '
+              || al.also.steps || ' of these steps (cause: ' || al.also.cause || '): the next to hold the job back'
+         ELSE '' END AS also_late_note,
     st.stage,
     st.stages,
     st.pipeline_ranks,
@@ -193,5 +218,6 @@ LEFT JOIN (SELECT DISTINCT rank, pipeline, pipeline_ranks FROM pipe_first) AS pf
     -- a tensor-parallel collective inside forward comes before any stage waits)
     AND coalesce(pg.dimension, 'data') IN ('data', 'fsdp', 'world')
 LEFT JOIN region AS r ON r.rank = p.rank
+LEFT JOIN also_late AS al ON al.culprit = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;

@@ -5,12 +5,14 @@ activations over the default group, its own group or a device mesh's): they come
 traffic. Each send / recv row is a transfer between two global ranks:
 
 * its peer, when the event names it (NCCL args, `c10d::send` with shapes recorded), or
-* else, for each recv, the send that fed it (`_transfers`): posted before the data arrived and
-  still open then, of the same size when both sizes are known; a blocking send ends with it
-  (gloo's ranges end when the data has arrived), an isend stays open until waited on.
+* else, for each recv, the send that fed it (`_matched_by_time`): posted before the data arrived
+  and still open then, of the same size when both sizes are known; a blocking send ends with it
+  (gloo's ranges end when the data has arrived), an isend stays open until waited on and was
+  posted just before. The pairs of a step are taken cheapest first, one send per recv.
 
 Two ranks are linked when they transfer in at least half the steps and at least half as often
-as the strongest link of either (every micro-batch crosses each link of a stage alike). Within a step, the first
+as the strongest link of one of them (every micro-batch crosses each link of a stage alike; a
+rank at a pipeline's end has one neighbour, whose other link may carry more matches). Within a step, the first
 transfer between two linked ranks runs forward (stage k hands its activations to stage k + 1
 before any gradient comes back); the majority over steps gives each link its direction. Where
 the recvs were matched by time (no peer named), one match may be wrong (an isend stays open
@@ -30,24 +32,23 @@ The result is `_pipeline_order` (rank, pipeline, stage, stages, pipeline_ranks),
 from __future__ import annotations
 
 import bisect
+import itertools
 import statistics
 from collections import defaultdict, deque
 
 from traceanalyze.lazy_import import duckdb
 
-# a send and the recv it feeds end within this of each other (same host clock)
-MATCH_SLACK_NS = 2_000_000
-# how many sends posted before a recv's data arrived are looked at for the isend that fed it
-OPEN_SENDS_LOOKED_AT = 64
+# the clocks of two processes on one host may differ by this much (each converts its own clock):
+# a send that ended, or was posted, this much after the data it fed arrived may still be its
+CLOCK_SKEW_NS = 3_000_000
+# how many sends posted (last) before a recv's data arrived are looked at for the one that fed it
+OPEN_SENDS_LOOKED_AT = 16
 
 
 def _transfers(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[int, int, int, int]], bool]:
     """(src, dst, step, ts_ns) for every send / recv whose other end is known or matched, and
     whether the sends named their peers (else the recvs were matched by time): a send
-    naming its peer, else each recv with the send that fed it. A recv ends when its data has
-    arrived; the send that fed it was posted by then and was still open: a blocking send ends
-    with it (the nearest end within MATCH_SLACK_NS wins), an isend's range stays open until it is
-    waited on (then the send posted last before the data arrived wins)."""
+    naming its peer, else each recv with the send that fed it (`_matched_by_time`)."""
     rows = con.execute("""
         SELECT rank, op, peer, bytes, step, ts_ns, end_ns FROM collectives
         WHERE kind = 'p2p' AND op IN ('send', 'recv') AND step IS NOT NULL
@@ -56,33 +57,50 @@ def _transfers(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[int, int, int
              if op == "send" and peer is not None and peer != rank]
     if named:
         return sorted(set(named)), True
-    sends = sorted((ts, end, rank, size) for rank, op, _peer, size, _step, ts, end in rows if op == "send")
-    starts = [x[0] for x in sends]
-    by_end = sorted((end, rank, size, ts) for ts, end, rank, size in sends)
-    ends = [x[0] for x in by_end]
+    return _matched_by_time(rows), False
+
+
+def _matched_by_time(rows: list[tuple]) -> list[tuple[int, int, int, int]]:
+    """Each recv of `rows` (rank, op, peer, bytes, step, ts_ns, end_ns) with the send that fed it.
+    A recv ends when its data has arrived. The send that fed it is another rank's (the recv's
+    peer and size where known), posted by then and still open: a blocking send ends with the
+    data's arrival, an isend's range stays open until it is waited on and was posted just before.
+    So a pair's cost is how close the send's end or its start is to the recv's end, and the pairs
+    are taken cheapest first, one send per recv and one recv per send, among the
+    OPEN_SENDS_LOOKED_AT sends posted last before each recv's end (CLOCK_SKEW_NS either way).
+    Taking the pairs of a step in one order, not each recv's nearest send on its own, keeps a
+    send from feeding two recvs: with isends of two neighbours open at once the nearest is often
+    the other neighbour's, whose own recv then lacks it."""
+    sends = sorted(((ts, end, rank, size) for rank, op, _peer, size, _step, ts, end in rows if op == "send"),
+                   key=lambda s: s[:3])
+    starts = [s[0] for s in sends]
+    recvs = sorted(((end, ts, rank, peer, size, step) for rank, op, peer, size, step, ts, end in rows if op == "recv"),
+                   key=lambda r: (r[5], r[0], r[1], r[2]))
+    used: set[int] = set()
     out = []
-    for rank, op, peer, size, step, _ts, end in rows:
-        if op != "recv":
-            continue
-
-        def fits(s_rank, s_size):
-            return (s_rank != rank and (peer is None or peer == s_rank)
-                    and (size is None or s_size is None or size == s_size))
-
-        # a blocking send that ended with it: the nearest end
-        near = [(abs(e - end), r, t) for e, r, z, t in by_end[bisect.bisect_left(ends, end - MATCH_SLACK_NS):
-                                                           bisect.bisect_right(ends, end + MATCH_SLACK_NS)] if fits(r, z)]
-        if near:
-            _gap, src, s_ts = min(near)
-            out.append((src, rank, step, s_ts))
-            continue
-        # else the send posted last before the data arrived and still open (an isend), a few back at most
-        i = bisect.bisect_right(starts, end) - 1
-        for s_ts, s_end, s_rank, s_size in sends[max(0, i - OPEN_SENDS_LOOKED_AT):i + 1][::-1]:
-            if s_end >= end and fits(s_rank, s_size):
-                out.append((s_rank, rank, step, s_ts))
-                break
-    return sorted(set(out)), False
+    for _step, of_step in itertools.groupby(range(len(recvs)), key=lambda i: recvs[i][5]):
+        pairs = []
+        for i in of_step:
+            end, _ts, rank, peer, size, _ = recvs[i]
+            looked = 0
+            for k in range(bisect.bisect_right(starts, end + CLOCK_SKEW_NS) - 1, -1, -1):
+                s_ts, s_end, s_rank, s_size = sends[k]
+                if (s_rank == rank or (peer is not None and peer != s_rank)
+                        or (size is not None and s_size is not None and size != s_size)):
+                    continue
+                looked += 1
+                if s_end >= end - CLOCK_SKEW_NS:   # (one that ended before the data arrived fed another)
+                    pairs.append((min(abs(end - s_end), abs(end - s_ts)), i, k))
+                if looked >= OPEN_SENDS_LOOKED_AT:
+                    break
+        pairs.sort()
+        taken: set[int] = set()
+        for _cost, i, k in pairs:
+            if i not in taken and k not in used:
+                taken.add(i)
+                used.add(k)
+                out.append((sends[k][2], recvs[i][2], recvs[i][5], sends[k][0]))
+    return sorted(set(out))
 
 
 def _links(transfers, steps_total: int,
@@ -118,7 +136,8 @@ def _links(transfers, steps_total: int,
     candidates = []
     for pair, steps in steps_of_pair.items():
         # a stage's links carry alike (every micro-batch crosses each); a stray match is weaker
-        if 2 * len(steps) < steps_total or 2 * transfers_of_pair[pair] < max(strongest[pair[0]], strongest[pair[1]]):
+        # than the strongest link of both its ranks
+        if 2 * len(steps) < steps_total or 2 * transfers_of_pair[pair] < min(strongest[pair[0]], strongest[pair[1]]):
             continue
         a, b = pair
         forward = (a, b) if votes.get((a, b), 0) >= votes.get((b, a), 0) else (b, a)
