@@ -4,7 +4,8 @@ Each group carries a dimension (db/tables/cross_rank/87_process_groups.sql); the
 one dimension partition the ranks, and a rank's coordinate on it is its position in its
 group. The pipeline dimension is the set of pipelines found from the send / recv traffic
 (`pipeline_stages`, source 'traffic'), whatever group carried them: a rank's PP coordinate
-is its stage. Groups of the whole job count only when no smaller group carries a dimension
+is its stage; likewise the context dimension is the set of ring exchanges (`context_rings`), a
+rank's CP coordinate its place round the ring. Groups of the whole job count only when no smaller group carries a dimension
 (a DDP or FSDP job over every rank), and a group that ran nothing counts only when no group
 ran anything (traces with pg_config alone): a second group of the same ranks that the job
 created and never used does not add a dimension. See docs/parallelism.md.
@@ -42,14 +43,26 @@ def _pipelines(con: duckdb.DuckDBPyConnection) -> list[tuple]:
             for p, ranks, stages, source, group in rows]
 
 
+def _rings(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """Ring exchanges (context_rings) as group-like rows (name, desc, ranks in ring order, size,
+    'context', 'traffic')."""
+    rows = con.execute("""
+        SELECT any_value(name), any_value(ring_ranks) FROM context_rings GROUP BY ring ORDER BY ring""").fetchall()
+    return [(name, None, list(ranks), len(ranks), "context", "traffic") for name, ranks in rows]
+
+
 def parallel_layout(con: duckdb.DuckDBPyConnection, world_size: int) -> dict[str, Any] | None:
     """{"text", "dimensions": [{name, abbrev, size, groups, source}], "ranks": {rank: {abbrev: index}},
     "complete"}; None when no group tells a dimension (no pg_config and no group args)."""
     pipelines = _pipelines(con)
+    rings = _rings(con)
     groups = _groups(con)
     if pipelines:
         groups = [g for g in groups if g[4] != "pipeline"]
-    smaller = [g for g in groups if g[3] < world_size] + pipelines
+    if rings:   # (the rings are the context dimension; a group that carried a ring is no pipeline)
+        in_rings = {r for ring in rings for r in ring[2]}
+        groups = [g for g in groups if g[4] != "context" and not (g[4] == "pipeline" and set(g[2]) <= in_rings)]
+    smaller = [g for g in groups if g[3] < world_size] + pipelines + rings
     chosen = smaller or groups
     if not chosen:
         return None

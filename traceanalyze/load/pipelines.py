@@ -25,8 +25,14 @@ the head along forward links. A stage hands on to one next stage, so each rank k
 strongest link out and its strongest link in (a stray match that links two pipelines is the
 weaker one); a set that is still not a chain (or a ring) is no pipeline.
 
-The result is `_pipeline_order` (rank, pipeline, stage, stages, pipeline_ranks), from which
-`db/tables/cross_rank/87_process_groups.sql` builds the documented `pipeline_stages`.
+A ring of three ranks or more whose transfers all run one way round it is no pipeline but a
+ring exchange (`_ring_exchange`: context parallelism's ring attention passes K / V chunks to
+the next rank each round; a pipeline's links carry the gradients back).
+
+The results are `_pipeline_order` (rank, pipeline, stage, stages, pipeline_ranks) and
+`_context_rings` (rank, ring, position, ring_ranks), from which
+`db/tables/cross_rank/87_process_groups.sql` builds the documented `pipeline_stages` and
+`context_rings`.
 """
 
 from __future__ import annotations
@@ -197,10 +203,35 @@ def _order(members: set[int], links: dict[tuple[int, int], int], first_send: dic
     return sorted(members, key=lambda r: distance[r])
 
 
+def _ring_exchange(members: set[int], links: dict[tuple[int, int], int],
+                   directed: dict[tuple[int, int], int]) -> list[int] | None:
+    """The members in ring order (from the smallest rank) when their traffic is a ring exchange,
+    else None: three ranks or more, each sending to the next round one ring and nothing coming
+    back (under a quarter as many transfers the other way). Context parallelism passes K / V
+    chunks round the ring this way (ring attention); a pipeline's links carry the gradients
+    back, and an interleaved schedule's ring does too."""
+    succ = {src: dst for (src, dst) in links if src in members}
+    if len(members) < 3 or len(succ) != len(members) or set(succ.values()) != members:
+        return None
+    order = [min(members)]
+    while succ[order[-1]] != order[0]:
+        order.append(succ[order[-1]])
+        if len(order) > len(members):
+            return None
+    if len(order) != len(members):
+        return None
+    if any(4 * directed.get((b, a), 0) >= directed.get((a, b), 0) for a, b in succ.items()):
+        return None
+    return order
+
+
 def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
-    """Create `_pipeline_order` (empty when the p2p traffic shows no pipeline)."""
+    """Create `_pipeline_order` and `_context_rings` (empty when the p2p traffic shows no
+    pipeline, no ring exchange)."""
     con.execute("""CREATE OR REPLACE TABLE _pipeline_order (
         rank INTEGER, pipeline INTEGER, stage INTEGER, stages INTEGER, pipeline_ranks INTEGER[])""")
+    con.execute("""CREATE OR REPLACE TABLE _context_rings (
+        rank INTEGER, ring INTEGER, position INTEGER, ring_ranks INTEGER[])""")
     steps_total = con.execute(
         "SELECT count(DISTINCT step) FROM collectives WHERE kind = 'p2p' AND step IS NOT NULL").fetchone()[0]
     if not steps_total:
@@ -215,8 +246,12 @@ def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
         neighbours[src].add(dst)
         neighbours[dst].add(src)
     first_send = _first_send_offsets(first_sends)
+    directed: dict[tuple[int, int], int] = defaultdict(int)
+    for src, dst, _step, _ts in transfers:
+        directed[(src, dst)] += 1
     seen: set[int] = set()
     chains: list[list[int]] = []
+    rings: list[list[int]] = []
     for start in sorted(neighbours):
         if start in seen:
             continue
@@ -227,6 +262,10 @@ def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
                     component.add(nxt)
                     queue.append(nxt)
         seen |= component
+        ring = _ring_exchange(component, links, directed)
+        if ring is not None:
+            rings.append(ring)
+            continue
         order = _order(component, links, first_send)
         if order is not None and len(order) >= 2:
             chains.append(order)
@@ -235,3 +274,7 @@ def infer_pipelines(con: duckdb.DuckDBPyConnection) -> None:
             for pipeline, chain in enumerate(chains) for stage, rank in enumerate(chain)]
     if rows:
         con.executemany("INSERT INTO _pipeline_order VALUES (?, ?, ?, ?, ?)", rows)
+    rings.sort()
+    rows = [(rank, n, position, ring) for n, ring in enumerate(rings) for position, rank in enumerate(ring)]
+    if rows:
+        con.executemany("INSERT INTO _context_rings VALUES (?, ?, ?, ?)", rows)

@@ -99,6 +99,7 @@ ORDER BY size DESC, process_group;
 
 -- (load/pipelines.py fills _pipeline_order in the reduce; a database built without it, e.g. from Flight Recorder dumps alone, has no pipelines from the traffic)
 CREATE TABLE IF NOT EXISTS _pipeline_order (rank INTEGER, pipeline INTEGER, stage INTEGER, stages INTEGER, pipeline_ranks INTEGER[]);
+CREATE TABLE IF NOT EXISTS _context_rings (rank INTEGER, ring INTEGER, position INTEGER, ring_ranks INTEGER[]);
 
 -- One row per rank of a pipeline: its stage, from who sends to whom (load/pipelines.py: the first transfer of a step between two linked ranks runs forward), whatever group carried the send / recv; when the traffic tells nothing (no send / recv could be matched), the rank's position in a group whose dimension is pipeline. Empty when the job has no pipeline.
 CREATE OR REPLACE TABLE pipeline_stages AS
@@ -130,6 +131,7 @@ chosen AS (
     SELECT * FROM by_traffic
     UNION ALL
     SELECT * FROM by_position_numbered WHERE NOT EXISTS (SELECT 1 FROM by_traffic)
+      AND rank NOT IN (SELECT rank FROM _context_rings)   -- (a group carrying a ring exchange is no pipeline)
 )
 SELECT
     rank::INTEGER AS rank,                  -- global rank
@@ -143,3 +145,22 @@ FROM chosen
 ORDER BY rank;
 
 DROP TABLE _pipeline_order;
+
+-- One row per rank of a ring exchange: ranks that each send to the next rank round one ring, nothing coming back (load/pipelines.py), as context parallelism's ring attention passes K / V chunks. Each round of the exchange is an instance `ring_exchange` of the ring in collective_arrivals (the rank's send, in order within the step). Empty when the job has none.
+CREATE OR REPLACE TABLE context_rings AS
+WITH carried AS (   -- the group that carried most of each rank's send / recv
+    SELECT rank, stable_mode(list(process_group)) AS process_group
+    FROM collectives WHERE kind = 'p2p' GROUP BY rank
+)
+SELECT
+    r.rank::INTEGER AS rank,                -- global rank
+    r.ring::INTEGER AS ring,                -- which ring (0-based, ordered by their ranks)
+    r.position::INTEGER AS position,        -- the rank's place round the ring, 0 at the ring's smallest rank
+    r.ring_ranks::INTEGER[] AS ring_ranks,  -- the ring's ranks in order: each sends to the next, the last to the first
+    r.ring_ranks[(r.position + 1) % len(r.ring_ranks) + 1]::INTEGER AS next_rank,  -- the rank it sends to
+    'ring ' || r.ring AS name,              -- the ring's name in collective_arrivals.process_group and in findings
+    c.process_group                         -- the process group that carried its send / recv, NULL when none
+FROM _context_rings AS r LEFT JOIN carried AS c USING (rank)
+ORDER BY rank;
+
+DROP TABLE _context_rings;

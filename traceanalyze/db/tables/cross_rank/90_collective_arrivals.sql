@@ -4,7 +4,8 @@
 -- ProfilerStep: DDP ranks leave the previous step's last collective together, so their
 -- steps start together, and a rank that reaches a collective later than the others is
 -- late by exactly that much. Point-to-point send/recv are not group collectives and are
--- left out.
+-- left out, except the rounds of a ring exchange (context_rings): every rank of the ring sends
+-- once per round, and a rank that sends late keeps the next one waiting.
 
 -- One row per rank and group collective instance; the same (step, process_group, op, op_index) on every rank of the group is the same collective.
 CREATE OR REPLACE TABLE collective_arrivals AS
@@ -16,6 +17,13 @@ WITH keyed AS (
            c.end_ns - s.ts_ns AS end_rel_ns
     FROM collectives AS c JOIN steps AS s USING (rank, step)
     WHERE c.op NOT IN ('send', 'recv', 'send_recv')
+    UNION ALL   -- each round of a ring exchange (context_rings): the rank's k-th send to the next rank in the step
+    SELECT c.rank, c.step, r.name AS process_group, 'ring_exchange' AS op, c.bytes, c.ts_ns, c.end_ns, c.dur_ns, c.source,
+           row_number() OVER (PARTITION BY c.rank, c.step ORDER BY c.ts_ns, c.end_ns) - 1 AS op_index,
+           c.ts_ns - s.ts_ns AS arrival_rel_ns,
+           c.end_ns - s.ts_ns AS end_rel_ns
+    FROM collectives AS c JOIN steps AS s USING (rank, step) JOIN context_rings AS r USING (rank)
+    WHERE c.kind = 'p2p' AND c.op = 'send' AND (c.peer IS NULL OR c.peer = r.next_rank)
 ),
 instances AS (
     SELECT step, process_group, op, op_index,
@@ -29,7 +37,7 @@ SELECT
     k.rank,                                 -- global rank
     k.step,                                 -- ProfilerStep N
     k.process_group,                        -- process group name
-    k.op,                                   -- all_reduce, barrier, ...
+    k.op,                                   -- all_reduce, barrier, ...; ring_exchange: a round of a ring exchange (process_group is the ring's name, context_rings)
     k.op_index,                             -- 0-based order of this op within the step and process group; args.Seq (the group's sequence number) where the trace has it, so a collective one rank did not record shifts nothing
     k.bytes,                                -- payload bytes, NULL when unknown
     k.source,                               -- nccl_kernel | gloo_annotation | record_param_comms
