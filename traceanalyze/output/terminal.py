@@ -100,7 +100,7 @@ def _phase_table(summary: dict, hot: set[int], st: _Style) -> list[str]:
         lines.append(f"  ({hidden} more ranks in report.html)")
     lines.append("  comm = communication exposed (blocked on a collective); step = the mean step")
     if "pipeline_wait" in phases_shown:
-        lines.append("  pipe = pipeline wait (blocked on a send / recv between stages)")
+        lines.append("  pipe = blocked on a send / recv (between pipeline stages, or round a ring exchange)")
     if hot:
         lines.append("  * named by a finding, or the slowest rank")
     return lines
