@@ -1,6 +1,8 @@
 -- One row when FSDP's all-gathers and reduce-scatters, not hidden behind compute, take a large share of the step on every rank.
 WITH sharded AS (  -- FSDP (or ZeRO): gradients are reduce-scattered, or FSDP marks its work on the host
-    SELECT EXISTS (SELECT 1 FROM collectives WHERE op = 'reduce_scatter')
+                   -- (a tensor group's reduce_scatter is Megatron's sequence parallelism, not FSDP)
+    SELECT EXISTS (SELECT 1 FROM collectives AS c LEFT JOIN process_groups AS g USING (process_group)
+                   WHERE c.op = 'reduce_scatter' AND g.dimension IS DISTINCT FROM 'tensor')
            OR EXISTS (SELECT 1 FROM annotations WHERE NOT on_gpu
                       AND (name LIKE 'FSDP::%' OR name LIKE 'FullyShardedDataParallel%')) AS yes
 ),
@@ -16,7 +18,7 @@ fsdp AS (          -- FSDP's collectives (collective_exposure): parameters all-g
            sum(e.wait_exposed_ns) AS wait_ns,
            count(*) AS collectives_n
     FROM collective_exposure AS e
-    WHERE (e.op IN ('all_gather', 'reduce_scatter') OR e.dimension = 'fsdp')
+    WHERE (e.op IN ('all_gather', 'reduce_scatter') AND e.dimension IS DISTINCT FROM 'tensor' OR e.dimension = 'fsdp')
       AND e.step IN (SELECT step FROM aligned_steps)
     GROUP BY e.rank, e.step
 ),

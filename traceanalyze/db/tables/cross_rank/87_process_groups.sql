@@ -3,7 +3,8 @@
 -- Groups come from every rank's distributedInfo.pg_config and from the groups that collectives
 -- name (NCCL args, or inferred for gloo: load/groups.py). The dimension comes from what the
 -- group does: all_to_all -> expert, only send / recv -> pipeline, reduce_scatter -> fsdp
--- (these decide whatever the description says); then the group's description (a device mesh
+-- (these decide whatever the description says; a group that reduce-scatters inside forward is
+-- Megatron's sequence parallelism, tensor, not fsdp); then the group's description (a device mesh
 -- names its groups: 'mesh_tp', 'mesh_dp', ...); then all_reduce / all_gather during forward in
 -- a group smaller than the job -> tensor, other collectives -> data. See docs/parallelism.md.
 
@@ -29,8 +30,9 @@ first_backward AS (   -- each rank's first backward op of each step: collectives
     SELECT rank, step, min(ts_ns) AS ts_ns FROM cpu_ops
     WHERE name LIKE 'autograd::engine::evaluate_function:%' AND step IS NOT NULL GROUP BY rank, step
 ),
-in_forward AS (   -- the collectives tensor parallelism runs inside the forward pass
-    SELECT c.process_group AS pg_name, count(*) AS n
+in_forward AS (   -- the collectives tensor parallelism runs inside the forward pass (sequence parallelism's
+                  -- reduce_scatter among them: FSDP reduce-scatters gradients in backward only)
+    SELECT c.process_group AS pg_name, count(*) AS n, count(*) FILTER (WHERE c.op = 'reduce_scatter') AS reduce_scatters
     FROM collectives AS c JOIN first_backward AS b USING (rank, step)
     WHERE c.kind = 'collective' AND c.ts_ns < b.ts_ns AND c.op IN ('all_reduce', 'all_gather', 'reduce_scatter')
     GROUP BY c.process_group
@@ -50,6 +52,7 @@ merged AS (
            coalesce(s.has_all_to_all, false) AS has_all_to_all,
            coalesce(s.has_reduce_scatter, false) AS has_reduce_scatter,
            coalesce(f.n, 0) AS in_forward,
+           coalesce(f.reduce_scatters, 0) AS reduce_scatters_in_forward,
            s.group_source
     FROM configured AS c
     FULL OUTER JOIN seen AS s ON s.pg_name = c.pg_name
@@ -69,7 +72,7 @@ described AS (
            CASE
                WHEN m.has_all_to_all THEN 'expert'
                WHEN m.collectives = 0 AND m.p2p > 0 THEN 'pipeline'
-               WHEN m.has_reduce_scatter THEN 'fsdp'
+               WHEN m.has_reduce_scatter AND m.reduce_scatters_in_forward = 0 THEN 'fsdp'
                WHEN m.collectives > 0 AND m.in_forward > 0 AND m.size < (SELECT n FROM world) THEN 'tensor'
                -- a group of every rank is tensor-parallel when it reduces inside forward at least twice per rank and
                -- step (a data-parallel job may all-reduce its loss or a metric once before backward)
