@@ -54,7 +54,7 @@ def test_matrix_is_large_and_covers_every_axis():
         "lib_gpipe", "lib_1f1b", "lib_interleaved", "lib_loopedbfs", "lib_zb", "lib_zbv", "lib_dualpipev"}
     assert {k["pathology"] for k in knobs} >= {
         "none", "tp_work", "stage_work", "data_sleep", "loader_sleep", "user_sleep",
-        "slow_stage", "hot_expert", "bubble", "ring_work"}
+        "slow_stage", "hot_expert", "bubble", "ring_work", "rotating_data", "rotating_tpwork"}
     # two stragglers at once, in a plain and a tensor-parallel layout
     assert {k["layout"] for k in knobs if (k["inject"] or {}).get("ms_by_rank")} >= {"dp4", "dp2tp2"}
     assert {k["record_shapes"] for k in knobs} == {True, False}
@@ -273,6 +273,14 @@ def test_the_pathology_is_visible(cell):
     elif patho == "all_loader_sleep":
         for r in range(ws):
             assert _mean(_range(cell, r, region)) >= 0.8 * inj["ms"]
+    elif patho in ("rotating_data", "rotating_tpwork"):   # rank (step mod world) has the range in its step, no other rank
+        assert t["culprit_ranks"] == list(range(ws)) and not t["waiting_ranks"]
+        ids = _rank(cell, 0)["step_ids"]
+        assert t["steps"] == ids
+        for r in range(ws):
+            got = dict(zip(_rank(cell, r)["step_ids"], _range(cell, r, region)))
+            for n in ids:
+                assert (got[n] >= 0.8 * inj["ms"]) if n % ws == r else (got[n] <= 0.25 * inj["ms"]), (r, n, got[n])
     elif patho == "slow_stage":
         own = {r: _mean(_rank(cell, r)["matmul"]) for r in range(ws)}
         slow = _mean([own[r] for r in t["culprit_ranks"]])

@@ -1,0 +1,1 @@
+../../../rules/rotating-straggler/detect.sql
