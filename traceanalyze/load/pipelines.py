@@ -77,11 +77,14 @@ def _matched_by_time(rows: list[tuple]) -> list[tuple[int, int, int, int]]:
     Taking the pairs of a step in one order, not each recv's nearest send on its own, keeps a
     send from feeding two recvs: with isends of two neighbours open at once the nearest is often
     the other neighbour's, whose own recv then lacks it."""
+    def known(v):   # (a NULL peer or size sorts first: every field in the keys, so row order never decides)
+        return (v is not None, v or 0)
+
     sends = sorted(((ts, end, rank, size) for rank, op, _peer, size, _step, ts, end in rows if op == "send"),
-                   key=lambda s: s[:3])
+                   key=lambda s: (*s[:3], known(s[3])))
     starts = [s[0] for s in sends]
     recvs = sorted(((end, ts, rank, peer, size, step) for rank, op, peer, size, step, ts, end in rows if op == "recv"),
-                   key=lambda r: (r[5], r[0], r[1], r[2]))
+                   key=lambda r: (r[5], r[0], r[1], r[2], known(r[3]), known(r[4])))
     used: set[int] = set()
     out = []
     for _step, of_step in itertools.groupby(range(len(recvs)), key=lambda i: recvs[i][5]):
