@@ -2,11 +2,6 @@
 WITH RECURSIVE job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
-groups AS (    -- the process groups, and the ring exchanges (context_rings) whose rounds are instances too
-    SELECT process_group, dimension, ranks, size FROM process_groups
-    UNION ALL
-    SELECT name, 'context', any_value(ring_ranks), count(*) FROM context_rings GROUP BY name
-),
 idle AS (      -- per rank and step: the most extra idle time inside one annotation (region_excess)
     SELECT rank, step, max(idle_excess_ns) AS idle_excess_ns
     FROM region_excess WHERE kind = 'annotation' GROUP BY rank, step
@@ -20,16 +15,8 @@ ranked AS (    -- by own lateness: a rank late because it waited at another grou
     LEFT JOIN idle AS i USING (rank, step)
 ),
 caused AS (    -- each rank's cause of its lateness in a step: what it did extra first
-    SELECT *,             -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
-        CASE
-            WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
-                 AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
-            WHEN idle_excess_ns >= $min_cause_share_pct / 100.0 * late_ns THEN 'host'
-            WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * late_ns
-                 AND compute_excess_ns >= host_excess_ns THEN 'compute'
-            WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * late_ns THEN 'host'
-            ELSE 'unknown'
-        END AS step_cause
+    SELECT *, lateness_cause(input_excess_ns, compute_excess_ns, host_excess_ns, idle_excess_ns, late_ns,
+                             $min_cause_share_pct) AS step_cause
     FROM ranked
     WHERE place <= 2
 ),
@@ -142,7 +129,7 @@ by_group AS (
     SELECT g.culprit AS rank,
            list({'group': g.process_group, 'dimension': pg.dimension, 'waiting_ranks': g.waiting,
                  'wait_ms': round(g.wait_ns / 1e6, 3)} ORDER BY g.wait_ns DESC, g.process_group) AS waits
-    FROM group_waits AS g LEFT JOIN groups AS pg ON pg.process_group = g.process_group
+    FROM group_waits AS g LEFT JOIN arrival_groups AS pg ON pg.process_group = g.process_group
     GROUP BY g.culprit
 ),
 regions AS (   -- the late rank's code regions over its late steps (a late step without the region counts 0)
@@ -214,7 +201,7 @@ SELECT
     || CASE WHEN pf.rank IS NOT NULL THEN ' (its pipeline, ranks ' || rank_ranges(pf.pipeline_ranks) || ', waits for it first)'
             ELSE '' END AS group_text
 FROM per_rank AS p CROSS JOIN job AS j
-LEFT JOIN groups AS pg ON pg.process_group = p.process_group
+LEFT JOIN arrival_groups AS pg ON pg.process_group = p.process_group
 LEFT JOIN by_group AS b ON b.rank = p.rank
 LEFT JOIN waiting_closure AS wc ON wc.rank = p.rank
 LEFT JOIN pipeline_stages AS st ON st.rank = p.rank

@@ -1,6 +1,6 @@
 -- One row per rank that holds the other ranks back on some steps: the steps, the cause of each, the period if it repeats.
 --
--- A rank holds the job back on a step when it is the rank that made the step long, seen two ways:
+-- A rank holds the job back on a step when it is the rank that made the step long (step_holds), seen two ways:
 -- its step time outside communication (the step minus all its exposed communication, step_waits.non_comm_ns) exceeds the
 -- other ranks' median (this catches work at the END of a step, which makes the others wait at
 -- the next step's first collective), or it reaches a collective late, step-relative, of its
@@ -11,60 +11,14 @@
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
-non_comm AS (
-    SELECT p.rank, p.step, w.non_comm_ns,
-           p.data_wait_ns + p.h2d_ns AS input_ns,
-           p.forward_ns + p.backward_ns + p.optimizer_ns AS compute_ns,
-           p.other_ns AS host_ns
-    FROM step_phases AS p JOIN step_waits AS w USING (rank, step) JOIN aligned_steps USING (step)
-),
-peers AS (    -- the ranks a rank is compared with: those of its pipeline stage (stages do different work:
-              -- the last computes the loss), every other rank when the job has no pipeline
-    SELECT a.rank, b.rank AS peer
-    FROM ranks AS a JOIN ranks AS b ON b.rank <> a.rank
-    LEFT JOIN pipeline_stages AS sa ON sa.rank = a.rank
-    LEFT JOIN pipeline_stages AS sb ON sb.rank = b.rank
-    WHERE sa.stage IS NOT DISTINCT FROM sb.stage
-),
-others AS (   -- the peers' median, per rank and step (a rank alone in its stage has none: it is not compared)
-    SELECT a.rank, a.step, median(b.non_comm_ns) AS non_comm_ns, median(b.input_ns) AS input_ns,
-           median(b.compute_ns) AS compute_ns, median(b.host_ns) AS host_ns
-    FROM non_comm AS a JOIN peers AS q ON q.rank = a.rank
-    JOIN non_comm AS b ON b.step = a.step AND b.rank = q.peer
-    GROUP BY a.rank, a.step
-),
-idle AS (     -- per rank and step: the most extra idle time inside one annotation (region_excess)
-    SELECT rank, step, greatest(max(idle_excess_ns), 0) AS idle_excess_ns
-    FROM region_excess WHERE kind = 'annotation' GROUP BY rank, step
-),
-per_step AS (
-    SELECT o.rank, o.step, coalesce(i.idle_excess_ns, 0) AS idle_excess_ns,
-           o.non_comm_ns - x.non_comm_ns AS non_comm_excess_ns,
-           greatest(coalesce(l.own_late_ns, 0), 0) AS arrival_late_ns,
-           greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.own_late_ns, 0)) AS held_ns,
-           o.input_ns - x.input_ns AS input_excess_ns,
-           o.compute_ns - x.compute_ns AS compute_excess_ns,
-           o.host_ns - x.host_ns AS host_excess_ns
-    FROM non_comm AS o JOIN others AS x USING (rank, step)
-    LEFT JOIN step_lateness AS l USING (rank, step)
-    LEFT JOIN idle AS i USING (rank, step)
-),
-flagged AS (  -- the rank that held the step back most, when by enough
-    SELECT p.*,   -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
-           CASE
-               WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
-                    AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
-               WHEN idle_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
-               WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
-                    AND compute_excess_ns >= host_excess_ns THEN 'compute'
-               WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
-               ELSE 'unknown'
-           END AS step_cause,
-           CASE WHEN arrival_late_ns >= non_comm_excess_ns THEN 'late at a collective'
+flagged AS (  -- the rank that held the step back most (step_holds), when by enough
+    SELECT h.*,
+           lateness_cause(h.input_excess_ns, h.compute_excess_ns, h.host_excess_ns, h.idle_excess_ns, h.held_ns,
+                          $min_cause_share_pct) AS step_cause,
+           CASE WHEN h.arrival_late_ns >= h.non_comm_excess_ns THEN 'late at a collective'
                 ELSE 'step time outside communication' END AS seen_by
-    FROM (SELECT *, row_number() OVER (PARTITION BY step ORDER BY held_ns DESC, rank) AS place FROM per_step) AS p
-    CROSS JOIN job AS j
-    WHERE p.place = 1 AND p.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
+    FROM step_holds AS h CROSS JOIN job AS j
+    WHERE h.place = 1 AND h.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
 ),
 dominant AS (  -- each rank's most frequent cause over its flagged steps (a named cause before unknown)
     SELECT rank, first(step_cause ORDER BY n * 2 + (step_cause <> 'unknown')::INT DESC, step_cause) AS cause

@@ -1,7 +1,7 @@
 -- One row when the step is held back on most steps by a different rank each time: no rank is a straggler by itself.
 --
--- The rank that holds a step back is found as intermittent-straggler finds it (its step time outside
--- communication against its peers' median, or its own lateness at a collective, by min_held_ms and
+-- The rank that holds a step back is found as intermittent-straggler finds it (step_holds: its step time
+-- outside communication against its peers' median, or its own lateness at a collective, by min_held_ms and
 -- min_held_pct of the median step; the cause of the step is the phase group of its extra time). When such
 -- steps are most steps and several ranks take turns (none holds min_rank_share_pct of them), what holds the
 -- job back is shared by every rank and strikes one at a time (a shared store or data service, round-robin
@@ -9,60 +9,12 @@
 WITH job AS (
     SELECT count(*) AS n_steps, median(median_dur_ns) AS step_ns FROM aligned_steps
 ),
-non_comm AS (
-    SELECT p.rank, p.step, w.non_comm_ns,
-           p.data_wait_ns + p.h2d_ns AS input_ns,
-           p.forward_ns + p.backward_ns + p.optimizer_ns AS compute_ns,
-           p.other_ns AS host_ns
-    FROM step_phases AS p JOIN step_waits AS w USING (rank, step) JOIN aligned_steps USING (step)
-),
-peers AS (    -- the ranks a rank is compared with: those of its pipeline stage (stages do different work:
-              -- the last computes the loss), every other rank when the job has no pipeline
-    SELECT a.rank, b.rank AS peer
-    FROM ranks AS a JOIN ranks AS b ON b.rank <> a.rank
-    LEFT JOIN pipeline_stages AS sa ON sa.rank = a.rank
-    LEFT JOIN pipeline_stages AS sb ON sb.rank = b.rank
-    WHERE sa.stage IS NOT DISTINCT FROM sb.stage
-),
-others AS (   -- the peers' median, per rank and step (a rank alone in its stage has none: it is not compared)
-    SELECT a.rank, a.step, median(b.non_comm_ns) AS non_comm_ns, median(b.input_ns) AS input_ns,
-           median(b.compute_ns) AS compute_ns, median(b.host_ns) AS host_ns
-    FROM non_comm AS a JOIN peers AS q ON q.rank = a.rank
-    JOIN non_comm AS b ON b.step = a.step AND b.rank = q.peer
-    GROUP BY a.rank, a.step
-),
-idle AS (     -- per rank and step: the most extra idle time inside one annotation (region_excess)
-    SELECT rank, step, greatest(max(idle_excess_ns), 0) AS idle_excess_ns
-    FROM region_excess WHERE kind = 'annotation' GROUP BY rank, step
-),
-per_step AS (
-    SELECT o.rank, o.step, coalesce(i.idle_excess_ns, 0) AS idle_excess_ns,
-           o.non_comm_ns - x.non_comm_ns AS non_comm_excess_ns,
-           greatest(coalesce(l.own_late_ns, 0), 0) AS arrival_late_ns,
-           greatest(o.non_comm_ns - x.non_comm_ns, coalesce(l.own_late_ns, 0)) AS held_ns,
-           o.input_ns - x.input_ns AS input_excess_ns,
-           o.compute_ns - x.compute_ns AS compute_excess_ns,
-           o.host_ns - x.host_ns AS host_excess_ns
-    FROM non_comm AS o JOIN others AS x USING (rank, step)
-    LEFT JOIN step_lateness AS l USING (rank, step)
-    LEFT JOIN idle AS i USING (rank, step)
-),
-flagged AS (  -- the rank that held the step back most, when by enough
-    SELECT p.*,   -- (compute or unknown is host when the extra time is idle inside an annotation: no op ran)
-           CASE
-               WHEN input_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
-                    AND input_excess_ns >= greatest(compute_excess_ns, host_excess_ns) THEN 'input'
-               WHEN idle_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
-               WHEN compute_excess_ns >= $min_cause_share_pct / 100.0 * held_ns
-                    AND compute_excess_ns >= host_excess_ns THEN 'compute'
-               WHEN host_excess_ns >= $min_cause_share_pct / 100.0 * held_ns THEN 'host'
-               ELSE 'unknown'
-           END AS step_cause,
-           CASE WHEN arrival_late_ns >= non_comm_excess_ns THEN 'late at a collective'
-                ELSE 'step time outside communication' END AS seen_by
-    FROM (SELECT *, row_number() OVER (PARTITION BY step ORDER BY held_ns DESC, rank) AS place FROM per_step) AS p
-    CROSS JOIN job AS j
-    WHERE p.place = 1 AND p.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
+flagged AS (  -- the rank that held the step back most (step_holds), when by enough
+    SELECT h.*,
+           lateness_cause(h.input_excess_ns, h.compute_excess_ns, h.host_excess_ns, h.idle_excess_ns, h.held_ns,
+                          $min_cause_share_pct) AS step_cause
+    FROM step_holds AS h CROSS JOIN job AS j
+    WHERE h.place = 1 AND h.held_ns >= greatest($min_held_ms * 1e6, $min_held_pct / 100.0 * j.step_ns)
 ),
 by_rank AS (    -- each holding rank and its steps
     SELECT rank, count(*) AS n, min(step) AS first_step, string_agg(step::VARCHAR, ', ' ORDER BY step) AS steps_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 _MACRO = re.compile(r"CREATE (?:OR REPLACE )?MACRO (\w+\([^)]*\))", re.IGNORECASE)
-_CREATE = re.compile(r"CREATE (?:OR REPLACE )?(?:TEMP(?:ORARY)? )?TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
+_CREATE = re.compile(r"CREATE (?:OR REPLACE )?(?:TEMP(?:ORARY)? )?(?:TABLE|VIEW) (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
 _COLUMN = re.compile(r"^\s*(?:[\w.]+\s+AS\s+|[\w.]+\.)?(\w+)\b[^-]*?,?\s*--\s*(.+)$")
 _COLUMN_AS = re.compile(r"\bAS\s+(\w+),?\s*--\s*(.+)$", re.IGNORECASE)
 

@@ -60,6 +60,19 @@ CREATE OR REPLACE MACRO rank_ranges(ranks) AS (
           GROUP BY run)
 );
 
+-- what a rank's extra time in a step was, from its excess in each phase group against `late` (how late it was, or how
+-- much it held the step back), naming a group only when it covers share_pct of it: input, host when the extra time is
+-- idle inside a record_function range (no op ran), compute, host, else unknown
+CREATE OR REPLACE MACRO lateness_cause(input_excess, compute_excess, host_excess, idle_excess, late, share_pct) AS (
+    CASE
+        WHEN input_excess >= share_pct / 100.0 * late AND input_excess >= greatest(compute_excess, host_excess) THEN 'input'
+        WHEN idle_excess >= share_pct / 100.0 * late THEN 'host'
+        WHEN compute_excess >= share_pct / 100.0 * late AND compute_excess >= host_excess THEN 'compute'
+        WHEN host_excess >= share_pct / 100.0 * late THEN 'host'
+        ELSE 'unknown'
+    END
+);
+
 -- ranks as a message names them: 'rank 3' for one, 'ranks 0-3,5' for more (rank_ranges' runs)
 CREATE OR REPLACE MACRO rank_phrase(ranks) AS (
     CASE WHEN len(list_distinct(ranks)) = 1 THEN 'rank ' ELSE 'ranks ' END

@@ -154,3 +154,14 @@ SELECT
     (w.late_ns - greatest(coalesce(e.comm_excess_ns, 0), 0))::BIGINT AS own_late_ns  -- late_ns less that extra communication: the lateness of the rank's own making; a rank late only because it waited for a rank of another group (tensor, pipeline) has little, ns
 FROM worst AS w JOIN start AS st USING (rank, step) LEFT JOIN excess AS e USING (rank, step)
 ORDER BY w.step, w.rank;
+
+-- What collective_arrivals.process_group names: a process group (process_groups) or a ring exchange (context_rings), with its dimension, ranks and size. A view: the rules read it.
+CREATE OR REPLACE VIEW arrival_groups AS
+SELECT
+    process_group,                          -- collective_arrivals.process_group: a group's name, or a ring's ('ring 0')
+    dimension,                              -- process_groups.dimension; 'context' for a ring
+    ranks,                                  -- global ranks in group-rank order (a ring's in ring order)
+    size                                    -- number of ranks
+FROM process_groups
+UNION ALL
+SELECT name, 'context', any_value(ring_ranks), count(*) FROM context_rings GROUP BY name;
