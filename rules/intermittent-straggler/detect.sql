@@ -98,6 +98,6 @@ SELECT
     j.step_ns / 1e6 AS median_step_ms,
     CASE WHEN p.process_group IS NOT NULL THEN {'name': p.process_group, 'ranks': pg.ranks, 'dimension': pg.dimension} END AS "group"  -- where its lateness starts on its held steps (step_lateness), NULL when it reaches no collective late
 FROM per_rank AS p CROSS JOIN job AS j LEFT JOIN region AS r USING (rank)
-LEFT JOIN process_groups AS pg ON pg.process_group = p.process_group
+LEFT JOIN arrival_groups AS pg ON pg.process_group = p.process_group
 WHERE p.held_steps >= $min_held_steps_count
 ORDER BY ms_per_step DESC;
