@@ -353,3 +353,31 @@ def test_pipelines_and_rings_do_not_depend_on_row_order():
     finally:
         con.close()
     assert found > 0   # (some of the random rows do form pipelines or rings: the comparison is not of empties)
+
+
+def test_thread_pools_put_a_larger_groups_collectives_back_in_it():
+    """gloo runs each group's collectives on its own two runloop threads, started in the order
+    the groups were created. Scores by time (how near the members' ends are) that put the world
+    group's two threads in its subgroups (three threads in one group) are redone in thread order;
+    decisions that fit the pools, or thread ids that are not numbers, stay as they are."""
+    from traceanalyze.load.groups import _fit_thread_pools
+
+    groups = {0: [("0", [0, 1, 2, 3], 0), ("1", [0, 2], 1), ("3", [0, 1], 3)]}
+    # (rank 0's threads: the world's two, then the EP group's, then the DP group's)
+    scores = {(0, "101"): {"0": 1726.0, "1": 1726.0, "3": 91.0}, (0, "102"): {"0": 115.0, "1": 63.0, "3": 87.0},
+              (0, "201"): {"0": 3967.0, "1": 71.0, "3": 3036.0}, (0, "202"): {"0": 2215.0, "1": 86.0, "3": 382.0},
+              (0, "301"): {"0": 953.0, "1": 953.0, "3": 131.0}, (0, "302"): {"0": 4392.0, "1": 2994.0, "3": 73.0}}
+    by_time = {unit: min(fit, key=fit.get) for unit, fit in scores.items()}
+    assert sorted(by_time.values()) == ["1", "1", "1", "3", "3", "3"]  # (the world's threads lost in its subgroups)
+    decided = dict(by_time)
+    _fit_thread_pools(decided, scores, groups)
+    assert decided == {(0, "101"): "0", (0, "102"): "0", (0, "201"): "1", (0, "202"): "1",
+                       (0, "301"): "3", (0, "302"): "3"}
+    fits = {(0, "101"): "3", (0, "201"): "1", (0, "202"): "1", (0, "301"): "3"}  # (two threads at most per group)
+    unchanged = dict(fits)
+    _fit_thread_pools(unchanged, scores, groups)
+    assert unchanged == fits
+    named = {(0, f"t{tid}"): g for (_, tid), g in by_time.items()}
+    kept = dict(named)
+    _fit_thread_pools(kept, {(0, f"t{tid}"): fit for (_, tid), fit in scores.items()}, groups)
+    assert kept == named

@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import traceanalyze
+from traceanalyze.load import load_trace_dir
 from tests.tracejson import base_ns, complete, rank_of, read_trace, steps, to_ns
 
 MATRIX = Path(__file__).resolve().parent.parent / "fixtures" / "parallel_matrix"
@@ -196,3 +198,41 @@ def test_the_verdict_of_each_recorded_cell(name):
     with traceanalyze.analyze(MATRIX / cell["dir"], workers=1, progress=False) as a:
         summary = a.summary_dict
     assert _problems(cell, summary) == []
+
+
+DP_BY_EP = sorted(n for n, c in EXPECTED.items() if {"DP", "EP"} <= set(c["dims"]))
+
+
+@pytest.mark.parametrize("name", DP_BY_EP)
+def test_each_collective_of_dp_by_ep_is_in_the_group_that_ran_it(name, tmp_path):
+    """A DP x EP cell (fixtures/_matrix_train.py's setup_ep): the all_to_alls (token counts,
+    dispatch, combine) run in the rank's EP group, the expert's gradients in its DP group (the
+    ranks holding the same expert), then the replicated parameters' gradients over the whole
+    world (embedding and head). gloo names no group, so the load tells them
+    apart; each rank has three groups with collectives. The larger group's collectives end
+    together with its subgroups' members too: put there by time alone, they had landed in
+    the EP and DP groups."""
+    cell = EXPECTED[name]
+    world = list(range(cell["world_size"]))
+
+    def group_of(rank: int, dim: str) -> list[int]:
+        (ranks,) = [g["ranks"] for g in cell["groups"] if g["dimension"] == dim and rank in g["ranks"]]
+        return ranks
+
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(MATRIX / cell["dir"], db, workers=1)
+    with duckdb.connect(str(db), read_only=True) as con:
+        # (each step's all_reduces in the order the step ran them: the expert's, then the replicated ones;
+        # a cell without record_shapes has no message sizes to tell them by)
+        rows = con.execute("""
+            SELECT rank, op, group_ranks, row_number() OVER (PARTITION BY rank, step, op ORDER BY ts_ns) AS nth,
+                   count(*) OVER (PARTITION BY rank, step, op) AS of_step
+            FROM collectives WHERE step IS NOT NULL""").fetchall()
+    assert {op for _, op, *_ in rows} == {"all_to_all", "all_reduce"}
+    assert {of for _, op, _, _, of in rows if op == "all_reduce"} == {2}  # (every step of every rank)
+    wrong = []
+    for rank, op, ranks, nth, _ in rows:
+        want = group_of(rank, "EP") if op == "all_to_all" else group_of(rank, "DP") if nth == 1 else world
+        if sorted(ranks or []) != want:
+            wrong.append((rank, op, nth, ranks, want))
+    assert wrong == [], f"{len(wrong)} of {len(rows)} rows in the wrong group, e.g. {wrong[:4]}"

@@ -50,6 +50,7 @@ SELECT
     h.process_group,
     coalesce(pg.dimension, 'unknown') AS dimension,
     rank_ranges((SELECT list(r.rank) FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank <> h.hot_rank)) AS others,
+    rank_phrase((SELECT list(r.rank) FROM per_rank AS r WHERE r.process_group = h.process_group AND r.rank <> h.hot_rank)) AS others_phrase,
     h.ratio AS imbalance_ratio,
     h.max_ratio AS max_imbalance_ratio,
     h.uneven_n AS uneven_all_to_alls_count,

@@ -14,6 +14,12 @@ a rank of several groups (a device mesh: `mesh_tp`, `mesh_dp`, ...) leaves its g
   the median over the unit's rows of the largest gap, over the members, between the row's end
   and the nearest end of a same-(op, bytes) row on that member. The group with the smallest
   score wins (ties: the smaller group, then the earlier created).
+* gloo starts two runloop threads per group (its default pool) when the group is created:
+  where the units decided by time put more threads in one group (a world group's collectives
+  end together with its subgroups' members too), the rank's threads are assigned again in
+  thread id order to its groups in creation order, at most a pool per group
+  (`_fit_thread_pools`). An all_to_all, gather or scatter is matched on its op alone: each
+  member sends its own amount.
 * the members of a group run as many collectives: where the units decided by time leave a
   group with more rows on one member than another (two groups' collectives that end together
   because both wait for one slow rank), a unit moves to another group that fits it while that
@@ -31,6 +37,7 @@ descriptions, members, peers and per-group order (`seq`).
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import defaultdict
 from fractions import Fraction
@@ -39,6 +46,8 @@ from traceanalyze.lazy_import import duckdb
 
 P2P_OPPOSITE = {"send": "recv", "recv": "send", "send_recv": "send_recv"}
 NO_MATCH = float("inf")
+GLOO_POOL_THREADS = 2  # runloop threads of a gloo process group (ProcessGroupGloo::Options' default)
+UNEVEN_OPS = {"gather", "scatter"}  # (besides every all_to_all: see _matched_size)
 
 
 def _groups_of_ranks(con) -> dict[int, list[tuple[str, list[int], int]]]:
@@ -55,12 +64,22 @@ def _groups_of_ranks(con) -> dict[int, list[tuple[str, list[int], int]]]:
     return out
 
 
+def _matched_size(op: str, size: int | None) -> int | None:
+    """The message size a row is matched on across members: its bytes, but none for the ops
+    whose members send different amounts (an all_to_all's splits are each rank's own: the
+    hot expert's rank sends back more than the others; a gather or scatter's root alone
+    holds the whole buffer)."""
+    return None if ("to_all" in op or "alltoall" in op or op in UNEVEN_OPS) else size
+
+
 def _ends_by_signature(con) -> dict[tuple[int, str, int | None], list[int]]:
-    """(rank, op, bytes) -> sorted ends of the rank's rows (every row, whatever its group)."""
+    """(rank, op, matched size) -> sorted ends of the rank's rows (every row, whatever its group)."""
     out: dict[tuple[int, str, int | None], list[int]] = defaultdict(list)
     for rank, op, size, end in con.execute(
             "SELECT rank, op, bytes, end_ns FROM collectives ORDER BY rank, op, bytes, end_ns").fetchall():
-        out[(rank, op, size)].append(end)
+        out[(rank, op, _matched_size(op, size))].append(end)
+    for ends in out.values():
+        ends.sort()  # (rows of several sizes under one key: by end again)
     return out
 
 
@@ -142,6 +161,64 @@ def _balance_counts(con, decided: dict[tuple[int, str], str], fitting: dict[tupl
         decided[unit] = other
 
 
+def _fit_thread_pools(decided: dict[tuple[int, str], str], scores: dict[tuple[int, str], dict[str, float]],
+                      groups) -> None:
+    """Each gloo process group runs its collectives on a pool of its own runloop threads,
+    GLOO_POOL_THREADS of them (ProcessGroupGloo's default `threads`), started when the group
+    is created: a rank's groups' pools are disjoint, and their thread ids rise in the order
+    the groups were created. Time alone cannot tell a collective of a large group from one of
+    a subgroup that ends with it (every member of the subgroup has the same rows, ending
+    together): a job that all-reduces over the whole world besides its DP and EP groups had
+    the world's collectives put in the subgroups, three threads in one group. On a rank
+    where the decisions by time put more threads in one group than its pool holds, the
+    threads are assigned again in thread id order to the groups in creation order (each
+    group a run of at most a pool's threads, each thread to a group whose members fit it),
+    the run that departs least from the time scores (the sum over threads of the log of
+    its group's score over the thread's best). Changes `decided`; a rank with more threads
+    than its groups' pools, or thread ids that are not numbers, is left as decided by time."""
+    by_rank: dict[int, list[str]] = defaultdict(list)
+    for rank, tid in decided:
+        by_rank[rank].append(tid)
+    for rank, tids in sorted(by_rank.items()):
+        held: dict[str, int] = defaultdict(int)
+        for tid in tids:
+            held[decided[(rank, tid)]] += 1
+        order = [name for name, members, _ in sorted(groups.get(rank, []), key=lambda g: g[2]) if len(members) > 1]
+        if (max(held.values()) <= GLOO_POOL_THREADS or len(tids) > GLOO_POOL_THREADS * len(order)
+                or not all(t.isdigit() for t in tids)):
+            continue
+        tids = sorted(tids, key=int)
+
+        def cost(tid: str, name: str) -> float:
+            fit = scores[(rank, tid)]
+            if name not in fit:
+                return NO_MATCH
+            return math.log((fit[name] + 1.0) / (min(fit.values()) + 1.0))  # (+1 ns: a score may be 0)
+
+        # best[i][g]: the least cost of the first i threads in groups before order[g] (runs of <= a pool)
+        n, k = len(tids), len(order)
+        best = [[NO_MATCH] * (k + 1) for _ in range(n + 1)]
+        back: dict[tuple[int, int], int] = {}
+        for g in range(k + 1):
+            best[0][g] = 0.0
+        for g in range(1, k + 1):
+            for i in range(1, n + 1):
+                best[i][g], back[(i, g)] = best[i][g - 1], 0  # group g - 1 takes no thread
+                run = 0.0
+                for size in range(1, min(GLOO_POOL_THREADS, i) + 1):
+                    run += cost(tids[i - size], order[g - 1])
+                    if best[i - size][g - 1] + run < best[i][g]:
+                        best[i][g], back[(i, g)] = best[i - size][g - 1] + run, size
+        if best[n][k] == NO_MATCH:
+            continue
+        i, g = n, k
+        while i > 0:
+            size = back[(i, g)]
+            for tid in tids[i - size:i]:
+                decided[(rank, tid)] = order[g - 1]
+            i, g = i - size, g - 1
+
+
 def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
     """Decide the pending groups, rewrite `collectives`, record what was done in load_issues."""
     (pending,) = con.execute("SELECT count(*) FROM collectives WHERE group_source = 'pending'").fetchone()
@@ -158,10 +235,11 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
         if kind == "p2p":
             p2p_rows.append((rank, tid, op, size, ts, end, peer))
         else:
-            units[(rank, tid)].append((op, size, end))
+            units[(rank, tid)].append((op, _matched_size(op, size), end))
     decided_units: dict[tuple[int, str], str] = {}
     taken: dict[tuple[int, str], set] = {}  # (rank, group) -> the (op, bytes) its decided units ran
     fitting: dict[tuple[int, str], list[str]] = {}  # (rank, run_tid) -> the groups whose members fit, best first
+    scores: dict[tuple[int, str], dict[str, float]] = {}  # (rank, run_tid) -> {group whose members fit: score}
     for (rank, tid), rows in sorted(units.items()):
         signature = {(op, size) for op, size, _ in rows}
         scored = []
@@ -172,10 +250,12 @@ def infer_groups(con: duckdb.DuckDBPyConnection) -> None:
                 clash = int((rank, name) in taken and taken[(rank, name)] != signature)
                 scored.append((score, clash, len(members), index, name))
         finite = sorted(s for s in scored if s[0] != NO_MATCH)
+        scores[(rank, tid)] = {s[-1]: s[0] for s in finite}
         if finite:
             decided_units[(rank, tid)] = finite[0][-1]
             taken.setdefault((rank, finite[0][-1]), set()).update(signature)
             fitting[(rank, tid)] = [s[-1] for s in finite]
+    _fit_thread_pools(decided_units, scores, groups)
     _balance_counts(con, decided_units, fitting, {u: len(rows) for u, rows in units.items()}, groups)
     # send / recv: decided per (rank, thread, op, peer, size): the group where the peer's
     # opposite transfers of that size end nearest, over all of them (one transfer alone is noisy)
