@@ -201,6 +201,31 @@ def test_the_verdict_of_each_recorded_cell(name):
 
 
 DP_BY_EP = sorted(n for n, c in EXPECTED.items() if {"DP", "EP"} <= set(c["dims"]))
+WORLD_LOSS = sorted(n for n, c in EXPECTED.items() if c["knobs"].get("world_loss"))
+
+
+def _collective_rows(cell: dict, tmp_path: Path) -> list[tuple]:
+    """(rank, op, group_ranks, nth, of_step): each collective of an aligned step, numbered in
+    the order its rank ran the step's collectives of that op (a cell without record_shapes has
+    no message sizes to tell them by)."""
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(MATRIX / cell["dir"], db, workers=1)
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute("""
+            SELECT rank, op, group_ranks, row_number() OVER (PARTITION BY rank, step, op ORDER BY ts_ns) AS nth,
+                   count(*) OVER (PARTITION BY rank, step, op) AS of_step
+            FROM collectives WHERE step IS NOT NULL""").fetchall()
+
+
+def _group_of(cell: dict, rank: int, dim: str) -> list[int]:
+    (ranks,) = [g["ranks"] for g in cell["groups"] if g["dimension"] == dim and rank in g["ranks"]]
+    return ranks
+
+
+def _misplaced(rows: list[tuple], want) -> str:
+    wrong = [(rank, op, nth, ranks, want(rank, op, nth, of)) for rank, op, ranks, nth, of in rows
+             if sorted(ranks or []) != want(rank, op, nth, of)]
+    return f"{len(wrong)} of {len(rows)} rows in the wrong group, e.g. {wrong[:4]}" if wrong else ""
 
 
 @pytest.mark.parametrize("name", DP_BY_EP)
@@ -208,31 +233,28 @@ def test_each_collective_of_dp_by_ep_is_in_the_group_that_ran_it(name, tmp_path)
     """A DP x EP cell (fixtures/_matrix_train.py's setup_ep): the all_to_alls (token counts,
     dispatch, combine) run in the rank's EP group, the expert's gradients in its DP group (the
     ranks holding the same expert), then the replicated parameters' gradients over the whole
-    world (embedding and head). gloo names no group, so the load tells them
-    apart; each rank has three groups with collectives. The larger group's collectives end
-    together with its subgroups' members too: put there by time alone, they had landed in
-    the EP and DP groups."""
+    world (embedding and head). gloo names no group, so the load tells them apart; each rank
+    has three groups with collectives. The larger group's collectives end together with its
+    subgroups' members too: put there by time alone, they had landed in the EP and DP groups."""
     cell = EXPECTED[name]
     world = list(range(cell["world_size"]))
-
-    def group_of(rank: int, dim: str) -> list[int]:
-        (ranks,) = [g["ranks"] for g in cell["groups"] if g["dimension"] == dim and rank in g["ranks"]]
-        return ranks
-
-    db = tmp_path / "t.duckdb"
-    load_trace_dir(MATRIX / cell["dir"], db, workers=1)
-    with duckdb.connect(str(db), read_only=True) as con:
-        # (each step's all_reduces in the order the step ran them: the expert's, then the replicated ones;
-        # a cell without record_shapes has no message sizes to tell them by)
-        rows = con.execute("""
-            SELECT rank, op, group_ranks, row_number() OVER (PARTITION BY rank, step, op ORDER BY ts_ns) AS nth,
-                   count(*) OVER (PARTITION BY rank, step, op) AS of_step
-            FROM collectives WHERE step IS NOT NULL""").fetchall()
+    rows = _collective_rows(cell, tmp_path)
     assert {op for _, op, *_ in rows} == {"all_to_all", "all_reduce"}
     assert {of for _, op, _, _, of in rows if op == "all_reduce"} == {2}  # (every step of every rank)
-    wrong = []
-    for rank, op, ranks, nth, _ in rows:
-        want = group_of(rank, "EP") if op == "all_to_all" else group_of(rank, "DP") if nth == 1 else world
-        if sorted(ranks or []) != want:
-            wrong.append((rank, op, nth, ranks, want))
-    assert wrong == [], f"{len(wrong)} of {len(rows)} rows in the wrong group, e.g. {wrong[:4]}"
+    assert _misplaced(rows, lambda rank, op, nth, of: _group_of(cell, rank, "EP") if op == "all_to_all"
+                      else _group_of(cell, rank, "DP") if nth == 1 else world) == ""
+
+
+@pytest.mark.parametrize("name", WORLD_LOSS)
+def test_a_loss_averaged_over_the_world_is_in_the_default_group(name, tmp_path):
+    """A DP x TP cell that also all-reduces its loss over every rank for the log, at the end of
+    the step (setup_plain's world_loss): per step, the TP all_reduces of forward and backward in
+    the rank's TP group, then the gradients' in its DP group, then the loss in the default group
+    (every rank). By time alone the world's all_reduce had gone to the TP and DP groups."""
+    cell = EXPECTED[name]
+    world = list(range(cell["world_size"]))
+    rows = _collective_rows(cell, tmp_path)
+    assert {op for _, op, *_ in rows} == {"all_reduce"}
+    assert min(of for *_, of in rows) >= 3  # (TP, DP and the loss on every step of every rank)
+    assert _misplaced(rows, lambda rank, op, nth, of: world if nth == of else _group_of(cell, rank, "DP")
+                      if nth == of - 1 else _group_of(cell, rank, "TP")) == ""
