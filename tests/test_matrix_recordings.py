@@ -321,7 +321,8 @@ def test_ground_truth_is_consistent_with_the_layout(cell):
     for n in dims.values():
         size *= n
     assert size == ws
-    assert e["layout"] == " x ".join(f"{d} {dims[d]}" for d in ("PP", "DP", "TP", "EP", "CP") if d in dims)
+    name = {"DP": "FSDP"} if e["knobs"].get("fsdp") else {}  # (a DP dimension that shards: FSDP)
+    assert e["layout"] == " x ".join(f"{name.get(d, d)} {dims[d]}" for d in ("PP", "DP", "TP", "EP", "CP") if d in dims)
     everyone = set(range(ws))
     assert set(t["culprit_ranks"]) | set(t["waiting_ranks"]) <= everyone
     assert not set(t["culprit_ranks"]) & set(t["waiting_ranks"])
