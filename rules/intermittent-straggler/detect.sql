@@ -90,7 +90,8 @@ SELECT
     p.cause_steps_count,
     p.cause_steps_text,
     p.period_steps,
-    CASE WHEN p.period_steps IS NOT NULL THEN ', every ' || p.period_steps || ' steps' ELSE '' END AS period_text,
+    CASE WHEN p.period_steps = 1 THEN ', every step'
+         WHEN p.period_steps IS NOT NULL THEN ', every ' || p.period_steps || ' steps' ELSE '' END AS period_text,
     CASE WHEN p.other_steps_text IS NOT NULL THEN '; also step ' || p.other_steps_text ELSE '' END AS other_steps_note,
     p.held_avg_ns / 1e6 AS held_ms_per_affected_step,
     p.seen_by,
