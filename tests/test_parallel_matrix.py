@@ -188,6 +188,11 @@ KNOWN_WRONG: dict[str, str] = {
     "cp4_nodesc_ringwork_r1": "ring attention without record_shapes: the sends name no peer, every rank posts its "
                               "send and recv at once each round, and matching by time cannot tell who fed whom; "
                               "the ring is not found and the job reads as a broken pipeline",
+    "pp2dp2_mesh_lib_1f1b_ddp_stagework_r1": "DDP inside each stage all-reduces in the last backward, so the two "
+                              "pipelines wait for each other in a cycle (rank 1 -> its successor 3 in recv -> 3's DP "
+                              "peer 2 -> 2's predecessor 0 -> 0's DP peer 1): the culprit arrives first at its own DP "
+                              "all_reduce and collective-straggler flags no rank; intermittent-straggler names rank 1 "
+                              "(cause and region right) without the groups that wait",
 }
 
 
