@@ -381,3 +381,23 @@ def test_thread_pools_put_a_larger_groups_collectives_back_in_it():
     kept = dict(named)
     _fit_thread_pools(kept, {(0, f"t{tid}"): fit for (_, tid), fit in scores.items()}, groups)
     assert kept == named
+
+
+def test_send_and_recv_without_a_peer_are_a_note_not_a_warning(tmp_path):
+    """A recorded PP x DP job over a device mesh without record_shapes (gloo names no peer): the
+    send / recv rows' group is not known. They are never compared as group collectives (the
+    pipelines pair them by time), so the load says so in a note, one per rank counting its
+    send / recv events, and warns of nothing."""
+    folder = ROOT_FIXTURES / "parallel_matrix" / "pp2dp2_mesh_lib_1f1b_ddp_stagework_r1"
+    p2p = {}
+    for path in folder.glob("*.pt.trace.json.gz"):
+        doc = _json(path)
+        p2p[doc["distributedInfo"]["rank"]] = sum(e.get("name") in ("gloo:send", "gloo:recv")
+                                                  for e in doc["traceEvents"])
+    assert sorted(p2p) == [0, 1, 2, 3] and min(p2p.values()) > 0
+    db = tmp_path / "t.duckdb"
+    load_trace_dir(folder, db)
+    assert _query(db, "SELECT count(*) FROM collectives WHERE kind = 'p2p' AND group_source = 'unknown'") == [
+        (sum(p2p.values()),)]
+    issues = _query(db, "SELECT rank, kind, severity, count FROM load_issues WHERE kind LIKE '%not-inferred' ORDER BY rank")
+    assert issues == [(r, "p2p-group-not-inferred", "info", p2p[r]) for r in range(4)]

@@ -30,7 +30,7 @@ a rank of several groups (a device mesh: `mesh_tp`, `mesh_dp`, ...) leaves its g
 
 Decided rows get `group_source = 'inferred'` and a `group-inferred` load issue per rank;
 rows no candidate fits keep the rank's largest group with `group_source = 'unknown'` and a
-`group-not-inferred` warning. `collectives` is then rewritten with the groups, their
+`group-not-inferred` warning (send / recv without a peer: a `p2p-group-not-inferred` note). `collectives` is then rewritten with the groups, their
 descriptions, members, peers and per-group order (`seq`).
 """
 
@@ -346,5 +346,18 @@ def _record_issues(con) -> None:
                || 'transfers on its other ranks) are compared in the rank''s largest group ' || any_value(c.process_group),
                count(*)
         FROM collectives AS c JOIN ranks AS r USING (rank)
-        WHERE c.group_source = 'unknown' AND c.rank IN (SELECT rank FROM pg_configs) GROUP BY c.rank, r.file
+        WHERE c.group_source = 'unknown' AND c.kind = 'collective' AND c.rank IN (SELECT rank FROM pg_configs)
+        GROUP BY c.rank, r.file
+    """)
+    # (a send / recv without a peer is no comparison in a wrong group: send / recv are never compared
+    # as group collectives, and the pipelines pair each recv with the send that fed it by time)
+    con.execute("""
+        INSERT INTO load_issues
+        SELECT c.rank, r.file, 'p2p-group-not-inferred', 'info',
+               'send / recv name no peer (gloo records peers with record_shapes only): their process group is not '
+               || 'known, and the pipeline stages are found by pairing each recv with the send that fed it by time',
+               count(*)
+        FROM collectives AS c JOIN ranks AS r USING (rank)
+        WHERE c.group_source = 'unknown' AND c.kind = 'p2p' AND c.rank IN (SELECT rank FROM pg_configs)
+        GROUP BY c.rank, r.file
     """)
