@@ -20,10 +20,23 @@ caused AS (    -- each rank's cause of its lateness in a step: what it did extra
     FROM ranked
     WHERE place <= 2
 ),
-flagged AS (   -- the latest rank of a step (of its own making), when it is late enough
-    SELECT * FROM caused
-    WHERE place = 1 AND own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * median_dur_ns)
-      AND own_late_ns - coalesce(next_own_late_ns, 0) >= $min_late_ms * 1e6
+held AS (      -- per rank and step: the collectives it arrived last at, the others waiting for it there at least
+               -- min_late_ms (their median wait), and those waits summed (late at several collectives of a step:
+               -- an all_reduce per micro-batch, its largest lateness is one of them)
+    SELECT a.rank, a.step, count(*) AS n_held, sum(o.wait_ns) AS held_ns
+    FROM collective_arrivals AS a
+    JOIN (SELECT step, process_group, op, op_index, median(wait_for_last_ns) AS wait_ns
+          FROM collective_arrivals WHERE wait_for_last_ns > 0 GROUP BY step, process_group, op, op_index) AS o
+        ON o.step = a.step AND o.process_group = a.process_group AND o.op = a.op AND o.op_index = a.op_index
+    WHERE a.wait_for_last_ns = 0 AND a.ranks_seen >= 2 AND o.wait_ns >= $min_late_ms * 1e6
+    GROUP BY a.rank, a.step
+),
+flagged AS (   -- the latest rank of a step (of its own making), when it is late enough, or late at several of
+               -- the step's collectives that the others wait for it that long in all
+    SELECT c.* FROM caused AS c LEFT JOIN held AS h USING (rank, step)
+    WHERE c.place = 1 AND c.own_late_ns - coalesce(c.next_own_late_ns, 0) >= $min_late_ms * 1e6
+      AND (c.own_late_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * c.median_dur_ns)
+           OR (h.n_held >= 2 AND h.held_ns >= greatest($min_late_ms * 1e6, $min_late_pct / 100.0 * c.median_dur_ns)))
 ),
 seconds AS (   -- in a late step, the next latest rank when it too is late of its own making, by the same margins
     SELECT f.rank AS culprit, c.rank, c.step, c.own_late_ns, c.step_cause
@@ -125,6 +138,19 @@ group_waits AS (  -- per group of the late rank: its other members' mean wait fo
     FROM wait_covered
     GROUP BY culprit, process_group
 ),
+recurring AS (    -- a rank late at several collectives of each step (a gradient all_reduce per micro-batch, a
+                  -- slow read before each): its largest lateness is one of them, the others wait at each; the
+                  -- step's cost is their wait, when it is over twice that lateness
+    SELECT l.culprit AS rank, any_value(w.wait_ns) AS wait_ns,
+           round(count(DISTINCT (l.step, l.process_group, l.op, l.op_index)) / count(DISTINCT l.step)) AS per_step
+    FROM last_at AS l
+    JOIN (SELECT culprit, max(wait_ns) AS wait_ns FROM group_waits GROUP BY culprit) AS w USING (culprit)
+    JOIN per_rank AS p ON p.rank = l.culprit
+    WHERE w.wait_ns >= 2 * p.late_mean_ns
+      AND EXISTS (SELECT 1 FROM collective_arrivals AS a WHERE a.step = l.step AND a.process_group = l.process_group
+                  AND a.op = l.op AND a.op_index = l.op_index AND a.wait_for_last_ns >= $min_late_ms * 1e6)
+    GROUP BY l.culprit
+),
 by_group AS (
     SELECT g.culprit AS rank,
            list({'group': g.process_group, 'dimension': pg.dimension, 'waiting_ranks': g.waiting,
@@ -151,9 +177,10 @@ region AS (    -- the region holding the extra time: it covers min_cause_share_p
 SELECT
     [p.rank] AS ranks,
     p.steps,
-    p.late_sum_ns / j.n_steps / 1e6 AS ms_per_step,
-    100.0 * p.late_sum_ns / j.n_steps / j.step_ns AS pct_of_step,
-    CASE WHEN 100.0 * p.late_sum_ns / j.n_steps / j.step_ns >= $error_pct THEN 'error' ELSE 'warning' END AS severity,
+    coalesce(rc.wait_ns * p.late_steps, p.late_sum_ns) / j.n_steps / 1e6 AS ms_per_step,
+    100.0 * coalesce(rc.wait_ns * p.late_steps, p.late_sum_ns) / j.n_steps / j.step_ns AS pct_of_step,
+    CASE WHEN 100.0 * coalesce(rc.wait_ns * p.late_steps, p.late_sum_ns) / j.n_steps / j.step_ns >= $error_pct
+         THEN 'error' ELSE 'warning' END AS severity,
     p.rank,
     p.cause,
     r.region,
@@ -186,6 +213,10 @@ SELECT
     CASE WHEN regexp_matches(coalesce(rank_ranges(wc.waiting_ranks), p.others), '[-,]')
          THEN 'ranks ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' wait'
          ELSE 'rank ' || coalesce(rank_ranges(wc.waiting_ranks), p.others) || ' waits' END AS waiting_clause,
+    rc.per_step AS late_collectives_per_step,
+    CASE WHEN rc.rank IS NOT NULL
+         THEN ' at ' || rc.per_step::BIGINT || ' ' || p.op || 's per step, ' || printf('%.0f', rc.wait_ns / 1e6) || ' ms in all'
+         ELSE '' END AS recurring_note,
     CASE WHEN al.culprit IS NOT NULL THEN {'rank': al.also.rank, 'late_ms': round(al.also.late_ns / 1e6, 3),
                                            'cause': al.also.cause, 'late_steps': al.also.steps} END AS also_late,
     CASE WHEN al.culprit IS NOT NULL
@@ -211,5 +242,6 @@ LEFT JOIN (SELECT DISTINCT rank, pipeline, pipeline_ranks FROM pipe_first) AS pf
     AND coalesce(pg.dimension, 'data') IN ('data', 'fsdp', 'world')
 LEFT JOIN region AS r ON r.rank = p.rank
 LEFT JOIN also_late AS al ON al.culprit = p.rank
+LEFT JOIN recurring AS rc ON rc.rank = p.rank
 WHERE p.late_steps >= $min_late_steps_pct / 100.0 * j.n_steps
 ORDER BY ms_per_step DESC;
