@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "fixtures" / "real"
 DDP = ROOT / "fixtures" / "ddp"
 # every real trace folder that loads (hta-rank-unavailable is refused either way: checked below),
-# and the DDP scenarios of distinct shapes (FSDP, stragglers, memory, SyncBN, token skew)
+# and the DDP scenarios of distinct shapes (FSDP, a straggler and its DataLoader, memory, SyncBN,
+# token skew; balanced and compute_straggler hold a subset of input_straggler's kinds of events)
 REAL_DIRS = sorted(p.name for p in REAL.iterdir() if p.is_dir() and p.name != "hta-rank-unavailable")
-DDP_DIRS = ["balanced", "compute_straggler", "fsdp_balanced", "memory_creep", "syncbn_cpu", "token_skew",
-            "input_straggler"]
+DDP_DIRS = ["fsdp_balanced", "memory_creep", "syncbn_cpu", "token_skew", "input_straggler"]
 # tables whose rows name the files (paths differ by construction) are compared without them
 FILE_TABLES = {"ranks", "load_meta", "load_issues"}
 
