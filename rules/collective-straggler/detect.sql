@@ -20,16 +20,18 @@ caused AS (    -- each rank's cause of its lateness in a step: what it did extra
     FROM ranked
     WHERE place <= 2
 ),
-held AS (      -- per rank and step: the collectives it arrived last at, the others waiting for it there at least
-               -- min_late_ms (their median wait), and those waits summed (late at several collectives of a step:
-               -- an all_reduce per micro-batch, its largest lateness is one of them)
-    SELECT a.rank, a.step, count(*) AS n_held, sum(o.wait_ns) AS held_ns
+held_at AS (   -- the collectives a rank arrived last at with the others waiting for it there at least
+               -- min_late_ms (their median wait)
+    SELECT a.rank, a.step, a.process_group, a.op, a.op_index, o.wait_ns
     FROM collective_arrivals AS a
     JOIN (SELECT step, process_group, op, op_index, median(wait_for_last_ns) AS wait_ns
           FROM collective_arrivals WHERE wait_for_last_ns > 0 GROUP BY step, process_group, op, op_index) AS o
         ON o.step = a.step AND o.process_group = a.process_group AND o.op = a.op AND o.op_index = a.op_index
     WHERE a.wait_for_last_ns = 0 AND a.ranks_seen >= 2 AND o.wait_ns >= $min_late_ms * 1e6
-    GROUP BY a.rank, a.step
+),
+held AS (      -- per rank and step: those collectives and the waits summed (late at several collectives of a
+               -- step: an all_reduce per micro-batch, its largest lateness is one of them)
+    SELECT rank, step, count(*) AS n_held, sum(wait_ns) AS held_ns FROM held_at GROUP BY rank, step
 ),
 flagged AS (   -- the latest rank of a step (of its own making), when it is late enough, or late at several of
                -- the step's collectives that the others wait for it that long in all
@@ -141,15 +143,13 @@ group_waits AS (  -- per group of the late rank: its other members' mean wait fo
 recurring AS (    -- a rank late at several collectives of each step (a gradient all_reduce per micro-batch, a
                   -- slow read before each): its largest lateness is one of them, the others wait at each; the
                   -- step's cost is their wait, when it is over twice that lateness
-    SELECT l.culprit AS rank, any_value(w.wait_ns) AS wait_ns,
-           round(count(DISTINCT (l.step, l.process_group, l.op, l.op_index)) / count(DISTINCT l.step)) AS per_step
-    FROM last_at AS l
-    JOIN (SELECT culprit, max(wait_ns) AS wait_ns FROM group_waits GROUP BY culprit) AS w USING (culprit)
-    JOIN per_rank AS p ON p.rank = l.culprit
+    SELECT h.rank, any_value(w.wait_ns) AS wait_ns, round(count(*) / count(DISTINCT h.step)) AS per_step
+    FROM held_at AS h
+    JOIN (SELECT DISTINCT rank, step FROM flagged) AS f USING (rank, step)
+    JOIN (SELECT culprit AS rank, max(wait_ns) AS wait_ns FROM group_waits GROUP BY culprit) AS w USING (rank)
+    JOIN per_rank AS p USING (rank)
     WHERE w.wait_ns >= 2 * p.late_mean_ns
-      AND EXISTS (SELECT 1 FROM collective_arrivals AS a WHERE a.step = l.step AND a.process_group = l.process_group
-                  AND a.op = l.op AND a.op_index = l.op_index AND a.wait_for_last_ns >= $min_late_ms * 1e6)
-    GROUP BY l.culprit
+    GROUP BY h.rank
 ),
 by_group AS (
     SELECT g.culprit AS rank,
